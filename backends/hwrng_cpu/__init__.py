@@ -1,0 +1,71 @@
+"""hwrng's CPU backend: torch's CPU generator, with ``gloo`` for collectives.
+
+torch's CPU generator is a Mersenne Twister with no counter; this backend
+gives it hwrng's ``(seed, offset)`` view through
+:class:`hwrng.counters.MersenneCounter`. It also keys the generator with all
+64 bits of a seed: torch's own CPU seeding keeps only the low 32 bits, so
+``torch.manual_seed(s)`` and ``torch.manual_seed(s + 2**32)`` draw the same
+numbers. For seeds below ``2**32`` hwrng seeds exactly as torch does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import torch
+
+import hwrng
+from hwrng.counters import CounterView, MersenneCounter
+from hwrng.platform import DeviceLike
+
+__all__ = ["CPUPlatform", "hwrng_platforms"]
+
+
+class CPUPlatform(hwrng.Platform):
+    """The host CPU: one device, always available, lowest priority."""
+
+    name: ClassVar[str] = "cpu"
+    dist_backend: ClassVar[str] = "gloo"
+    priority: ClassVar[int] = 0
+
+    def __init__(self) -> None:
+        self._counter = MersenneCounter()
+
+    @property
+    def counter(self) -> CounterView:
+        """The emulated counter view of the Mersenne-Twister generator."""
+        return self._counter
+
+    def unavailable_reason(self) -> str | None:
+        """Return ``None``: the CPU is always available."""
+        return None
+
+    @property
+    def device_handle(self) -> object:
+        """``torch.cpu``."""
+        return torch.cpu
+
+    def device_count(self) -> int:
+        """Return 1: hwrng treats the host as a single device."""
+        return 1
+
+    def current_device(self) -> int:
+        """Return 0."""
+        return 0
+
+    def device(self, device: DeviceLike = None) -> torch.device:
+        """Return ``torch.device("cpu")`` after checking ``device`` names the CPU."""
+        self.device_index(device)
+        return torch.device("cpu")
+
+    def generator(self, device: DeviceLike = None) -> torch.Generator:
+        """Return ``torch.default_generator``."""
+        self.device_index(device)
+        return torch.default_generator
+
+
+@hwrng.hookimpl
+def hwrng_platforms() -> Sequence[hwrng.Platform]:
+    """Provide the CPU platform."""
+    return [CPUPlatform()]

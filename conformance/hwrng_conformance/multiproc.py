@@ -1,0 +1,261 @@
+"""A pool of real ``torch.distributed`` processes that run many checks each.
+
+Starting processes is the slow part of a multi-process test (each imports
+torch), so a :class:`DistributedPool` starts its ranks once, joins them into a
+process group, and then runs any number of functions on every rank::
+
+    with DistributedPool(4) as pool:
+        results = pool.run(my_module.check_something, 123)  # one result per rank
+
+Functions and their arguments travel by pickle, so a function must be
+importable by its module path in a fresh interpreter (a module-level function
+of a package or of a test module). If any rank raises, :meth:`run` raises
+:class:`WorkerError` with every failing rank's traceback; the pool is then
+stopped and restarts at the next :meth:`run`, so one failure cannot hang or
+poison later checks.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import multiprocessing
+import multiprocessing.connection
+import os
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DistributedPool", "WorkerError"]
+
+_STOP = "stop"
+
+
+class WorkerError(RuntimeError):
+    """One or more ranks failed (or died, or timed out) while running a function."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    rank: int
+    text: str
+
+
+def _worker_main(
+    rank: int,
+    world_size: int,
+    init_file: str,
+    backend: str,
+    platform_name: str | None,
+    timeout_s: float,
+    connection: multiprocessing.connection.Connection,
+) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ["RANK"] = str(rank)
+    os.environ["WORLD_SIZE"] = str(world_size)
+    try:
+        if platform_name is not None:
+            import hwrng
+
+            platform = hwrng.get_platform(platform_name)
+            if platform.device_type != "cpu" and platform.device_count() > 0:
+                platform.device_handle.set_device(rank % platform.device_count())
+        dist.init_process_group(
+            backend,
+            init_method=f"file://{init_file}",
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+        connection.send(("ready", None))
+    except BaseException:
+        connection.send(("error", traceback.format_exc()))
+        return
+    try:
+        while True:
+            try:
+                message = connection.recv()
+            except EOFError:  # the parent went away
+                break
+            if message == _STOP:
+                break
+            function, args, kwargs = message
+            try:
+                connection.send(("ok", function(*args, **kwargs)))
+            except BaseException:
+                connection.send(("error", traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class DistributedPool:
+    """``nproc`` processes in one ``torch.distributed`` process group.
+
+    Parameters
+    ----------
+    nproc
+        The world size.
+    backend
+        The ``torch.distributed`` backend (``"gloo"`` runs anywhere).
+    platform
+        If given, each rank selects device ``rank % device_count`` of this
+        hwrng platform before joining the group (for accelerators).
+    timeout
+        Seconds a collective, or one :meth:`run`, may take before the ranks
+        are considered hung.
+    """
+
+    def __init__(
+        self,
+        nproc: int,
+        *,
+        backend: str = "gloo",
+        platform: str | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        if nproc < 1:
+            raise ValueError(f"nproc must be >= 1, got {nproc}")
+        self.nproc = nproc
+        self.backend = backend
+        self.platform = platform
+        self.timeout = timeout
+        self._processes: list[Any] = []
+        self._connections: list[multiprocessing.connection.Connection] = []
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+
+    def __enter__(self) -> DistributedPool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def running(self) -> bool:
+        """Whether the ranks are started and usable."""
+        return bool(self._processes)
+
+    def start(self) -> None:
+        """Start the ranks and wait until each has joined the process group."""
+        if self.running:
+            return
+        atexit.register(self.close)  # ranks are not daemons: never leave them behind
+        context = multiprocessing.get_context("spawn")
+        self._tmpdir = tempfile.TemporaryDirectory(prefix="hwrng-pool-")
+        init_file = os.path.join(self._tmpdir.name, "rendezvous")
+        for rank in range(self.nproc):
+            parent, child = context.Pipe()
+            process = context.Process(
+                target=_worker_main,
+                args=(rank, self.nproc, init_file, self.backend, self.platform, self.timeout, child),
+                # not a daemon: a rank may start DataLoader workers of its own
+                daemon=False,
+                name=f"hwrng-rank-{rank}",
+            )
+            process.start()
+            child.close()
+            self._processes.append(process)
+            self._connections.append(parent)
+        failures = self._collect(lambda rank, status, payload: None, self.timeout + 60)
+        if failures:
+            self.close()
+            raise WorkerError(self._describe("starting the pool", failures))
+
+    def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """Run ``function(*args, **kwargs)`` on every rank; return the results by rank.
+
+        Raises
+        ------
+        WorkerError
+            If any rank raised, died or did not answer in time; the pool is stopped.
+        """
+        if not self.running:
+            self.start()
+        for connection in self._connections:
+            connection.send((function, args, kwargs))
+        results: list[Any] = [None] * self.nproc
+
+        def keep(rank: int, status: str, payload: Any) -> None:
+            results[rank] = payload
+
+        failures = self._collect(keep, self.timeout)
+        if failures:
+            self.close()
+            name = getattr(function, "__qualname__", repr(function))
+            raise WorkerError(self._describe(f"running {name}", failures))
+        return results
+
+    def _collect(
+        self, keep: Callable[[int, str, Any], None], timeout: float
+    ) -> list[_Failure]:
+        """Wait for one message from every rank; return the failures."""
+        pending = set(range(self.nproc))
+        failures: list[_Failure] = []
+        deadline = time.monotonic() + timeout
+        while pending:
+            if failures:  # peers of a failed rank may hang in a collective: give them a moment
+                deadline = min(deadline, time.monotonic() + 10)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                failures.extend(
+                    _Failure(r, "no answer in time (waiting in a collective for a failed rank?)")
+                    for r in sorted(pending)
+                )
+                break
+            ready = multiprocessing.connection.wait(
+                [self._connections[r] for r in pending], timeout=min(remaining, 1.0)
+            )
+            for connection in ready:
+                rank = self._connections.index(connection)  # type: ignore[arg-type]
+                pending.discard(rank)
+                try:
+                    status, payload = connection.recv()  # type: ignore[union-attr]
+                except EOFError:
+                    failures.append(_Failure(rank, "the process died"))
+                    continue
+                if status == "error":
+                    failures.append(_Failure(rank, payload))
+                else:
+                    keep(rank, status, payload)
+            for rank in list(pending):
+                if not self._processes[rank].is_alive():
+                    pending.discard(rank)
+                    code = self._processes[rank].exitcode
+                    failures.append(_Failure(rank, f"the process died (exit code {code})"))
+        return failures
+
+    @staticmethod
+    def _describe(what: str, failures: list[_Failure]) -> str:
+        parts = [f"{len(failures)} rank(s) failed {what}:"]
+        for failure in sorted(failures, key=lambda f: f.rank):
+            parts.append(f"--- rank {failure.rank} ---\n{failure.text.rstrip()}")
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        """Stop the ranks (politely, then by force) and clean up."""
+        for connection in self._connections:
+            try:
+                connection.send(_STOP)
+            except (OSError, ValueError):
+                pass
+        for process in self._processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+        for connection in self._connections:
+            connection.close()
+        self._processes = []
+        self._connections = []
+        atexit.unregister(self.close)
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None

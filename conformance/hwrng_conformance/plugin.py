@@ -1,0 +1,144 @@
+"""The pytest plugin behind hwrng's conformance suite.
+
+Load it with ``-p hwrng_conformance.plugin`` (it is deliberately not an
+automatic ``pytest11`` plugin, so it never touches unrelated pytest runs)::
+
+    pytest -p hwrng_conformance.plugin --pyargs hwrng_conformance.suite --hwrng-backend acme
+
+or simply ``hwrng conformance --backend acme``.
+
+Options
+-------
+``--hwrng-backend NAME``
+    A backend to check; repeatable. Default: every available backend.
+``--hwrng-nproc N``
+    Processes for the multi-process rules (default 4; fewer than 2 skips them).
+
+Fixtures
+--------
+``platform``
+    The :class:`hwrng.Platform` under test; suite tests run once per backend.
+``dist_pool``
+    A :class:`~hwrng_conformance.multiproc.DistributedPool` of ``--hwrng-nproc``
+    ranks for the platform, started once per backend and shared by the rules.
+
+Marker
+------
+``@pytest.mark.hwrng_requires("capability", ...)`` skips a rule, saying why,
+on a platform without the named :attr:`~hwrng.Platform.capabilities`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import hwrng
+from hwrng_conformance.multiproc import DistributedPool
+
+__all__ = [
+    "DEFAULT_NPROC",
+    "dist_pool",
+    "platform",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_generate_tests",
+    "pytest_runtest_setup",
+    "selected_backends",
+]
+
+DEFAULT_NPROC = 4
+_BACKENDS_KEY = pytest.StashKey[list[str]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--hwrng-backend`` and ``--hwrng-nproc``."""
+    group = parser.getgroup("hwrng", "hwrng conformance suite")
+    group.addoption(
+        "--hwrng-backend",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="hwrng backend to check (repeatable; default: every available backend)",
+    )
+    group.addoption(
+        "--hwrng-nproc",
+        type=int,
+        default=DEFAULT_NPROC,
+        metavar="N",
+        help=f"processes for the multi-process rules (default {DEFAULT_NPROC})",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the marker and resolve which backends to check."""
+    config.addinivalue_line(
+        "markers",
+        "hwrng_requires(*capabilities): skip on platforms without these capabilities",
+    )
+    names: list[str] = list(dict.fromkeys(config.getoption("--hwrng-backend")))
+    if names:
+        for name in names:
+            try:
+                hwrng.get_platform(name)
+            except hwrng.BackendError as error:
+                raise pytest.UsageError(f"--hwrng-backend {name}: {error}") from error
+    else:
+        names = [row.name for row in hwrng.list_platforms() if row.available]
+    config.stash[_BACKENDS_KEY] = names
+
+
+def selected_backends(config: pytest.Config) -> list[str]:
+    """Return the backend names this run checks."""
+    return list(config.stash[_BACKENDS_KEY])
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that uses ``platform`` once per selected backend."""
+    if "platform_name" in metafunc.fixturenames:
+        names = selected_backends(metafunc.config)
+        metafunc.parametrize("platform_name", names, ids=names, scope="session")
+
+
+@pytest.fixture(scope="session")
+def platform(platform_name: str) -> hwrng.Platform:
+    """The platform under test."""
+    return hwrng.get_platform(platform_name)
+
+
+@pytest.fixture(scope="session")
+def dist_pool(platform: hwrng.Platform, pytestconfig: pytest.Config) -> Iterator[DistributedPool]:
+    """A pool of ``--hwrng-nproc`` ranks on ``platform``, started once per backend.
+
+    The ranks use the platform's dist backend when every rank can have a
+    device of its own, and gloo otherwise (e.g. one GPU for four processes).
+    """
+    nproc = int(pytestconfig.getoption("--hwrng-nproc"))
+    if nproc < 2:
+        pytest.skip(f"multi-process rules need --hwrng-nproc >= 2 (got {nproc})")
+    backend = pool_backend(platform, nproc)
+    with DistributedPool(nproc, backend=backend, platform=platform.name, timeout=180) as pool:
+        yield pool
+
+
+def pool_backend(platform: hwrng.Platform, nproc: int) -> str:
+    """Return the dist backend for ``nproc`` ranks on ``platform`` on this machine."""
+    if platform.device_type == "cpu" or platform.device_count() >= nproc:
+        return platform.dist_backend
+    return "gloo"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip rules whose ``hwrng_requires`` capabilities the platform lacks."""
+    marker = item.get_closest_marker("hwrng_requires")
+    if marker is None:
+        return
+    callspec: Any = getattr(item, "callspec", None)
+    name = callspec.params.get("platform_name") if callspec is not None else None
+    if name is None:
+        return
+    missing = [c for c in marker.args if c not in hwrng.get_platform(name).capabilities]
+    if missing:
+        pytest.skip(f"the {name} platform lacks capability {', '.join(map(repr, missing))}")

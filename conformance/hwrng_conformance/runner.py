@@ -1,0 +1,163 @@
+"""``hwrng conformance``: run the suite in-process and print one line per rule."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform as host
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+import hwrng
+from hwrng.cli import format_table
+from hwrng_conformance import plugin as conformance_plugin
+
+__all__ = ["RuleResult", "ResultCollector", "describe_device", "run_conformance"]
+
+_INI = os.path.join(os.path.dirname(__file__), "conformance.ini")
+
+
+@dataclass
+class RuleResult:
+    """The outcome of one rule on one backend.
+
+    Attributes
+    ----------
+    backend
+        The platform name.
+    rule
+        The rule's name: its test name without ``test_``, plus any parameter.
+    outcome
+        ``"pass"``, ``"fail"`` or ``"skip"``.
+    detail
+        Why it was skipped, or the first line of the failure.
+    """
+
+    backend: str
+    rule: str
+    outcome: str
+    detail: str = ""
+
+
+def _rule_name(item_name: str) -> tuple[str, str]:
+    """Split ``test_rule[cpu-extra]`` into ``("cpu", "rule[extra]")``."""
+    base, _, params = item_name.partition("[")
+    rule = base.removeprefix("test_")
+    parts = params.rstrip("]").split("-") if params else []
+    backend = parts[0] if parts else "?"
+    extra = "-".join(parts[1:])
+    return backend, f"{rule}[{extra}]" if extra else rule
+
+
+class ResultCollector:
+    """A pytest plugin object that records each rule's outcome."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, RuleResult] = {}
+        self.errors: list[str] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Record the outcome of each phase of each rule."""
+        backend, rule = _rule_name(report.nodeid.rsplit("::", 1)[-1])
+        key = f"{backend}::{rule}"
+        if report.when == "call" or report.outcome != "passed":
+            if report.skipped:
+                reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+                result = RuleResult(backend, rule, "skip", str(reason).removeprefix("Skipped: "))
+            elif report.failed:
+                text = str(report.longrepr).strip().splitlines()
+                first = next((line for line in reversed(text) if line.startswith("E ")), "")
+                result = RuleResult(backend, rule, "fail", first.removeprefix("E").strip()[:160])
+            else:
+                result = RuleResult(backend, rule, "pass")
+            if key not in self.results or self.results[key].outcome == "pass":
+                self.results[key] = result
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Remember collection errors: they fail the run."""
+        if report.failed:
+            self.errors.append(str(report.longrepr))
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return host.processor() or host.machine() or "host CPU"
+
+
+def describe_device(platform: hwrng.Platform) -> str:
+    """Name the device hardware behind ``platform``, e.g. ``NVIDIA H100 80GB HBM3``."""
+    if platform.device_type == "cpu":
+        return _cpu_model()
+    names = getattr(platform.device_handle, "get_device_name", None)
+    if callable(names):
+        try:
+            return str(names(platform.current_device()))
+        except Exception as error:  # a name is for display only
+            return f"{platform.name} device ({type(error).__name__})"
+    return f"{platform.name} device"
+
+
+def run_conformance(
+    backends: Sequence[str], *, nproc: int | None = None, extra: Sequence[str] = ()
+) -> int:
+    """Run the conformance suite, print a table and a verdict; return the exit status.
+
+    Parameters
+    ----------
+    backends
+        Platform names to check; empty means every available one.
+    nproc
+        Processes for the multi-process rules (default 4).
+    extra
+        More pytest arguments (``--`` first is dropped), e.g. ``-k counter``.
+    """
+    extra = list(extra)
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    args = ["-c", _INI, "--pyargs", "hwrng_conformance.suite", "-q", "-p", "no:cacheprovider"]
+    for name in backends:
+        args += ["--hwrng-backend", name]
+    if nproc is not None:
+        args += ["--hwrng-nproc", str(nproc)]
+    collector = ResultCollector()
+    status = pytest.main(args + extra, plugins=[conformance_plugin, collector])
+    rows = sorted(collector.results.values(), key=lambda r: (r.backend, r.rule))
+    print()
+    print(
+        format_table(
+            ["BACKEND", "RULE", "RESULT", "WHY"],
+            [[r.backend, r.rule, r.outcome.upper(), r.detail] for r in rows],
+        )
+    )
+    checked = sorted({r.backend for r in rows})
+    failed = [r for r in rows if r.outcome == "fail"]
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print()
+    for name in checked or list(backends) or ["(none)"]:
+        mine = [r for r in rows if r.backend == name]
+        counts = {o: sum(r.outcome == o for r in mine) for o in ("pass", "fail", "skip")}
+        verdict = "CONFORMS" if mine and counts["fail"] == 0 else "DOES NOT CONFORM"
+        try:
+            device = describe_device(hwrng.get_platform(name))
+        except hwrng.HwrngError as error:
+            device = str(error)
+        print(
+            f"hwrng conformance: backend {name} {verdict} ({counts['pass']} passed, "
+            f"{counts['fail']} failed, {counts['skip']} skipped) on {device}; "
+            f"torch {torch.__version__}, hwrng {hwrng.__version__}, python "
+            f"{sys.version.split()[0]}, {when}"
+        )
+    if failed or collector.errors or status not in (pytest.ExitCode.OK,):
+        return 1 if status in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) else int(status)
+    return 0

@@ -1,0 +1,9 @@
+"""``python -m hwrng``: the command line."""
+
+from __future__ import annotations
+
+import sys
+
+from hwrng.cli import main
+
+sys.exit(main())

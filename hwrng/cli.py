@@ -1,0 +1,172 @@
+"""The ``hwrng`` command line: ``backends``, ``plan`` and ``conformance``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from hwrng.errors import HwrngError
+from hwrng.registry import default_registry
+from hwrng.seeding import seed_plan
+from hwrng.version import __version__
+
+__all__ = ["format_table", "main"]
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Lay ``rows`` out under ``headers`` in left-aligned columns."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _cmd_backends(args: argparse.Namespace) -> int:
+    registry = default_registry()
+    rows = registry.list_platforms()
+    if args.json:
+        print(json.dumps([{**vars(r), "available": r.available} for r in rows], indent=2))
+        return 0
+    table = []
+    for row in rows:
+        package = f"{row.distribution} {row.version}" if row.distribution else "(in-process)"
+        status = "yes" if row.available else row.status
+        table.append(
+            [
+                row.name,
+                status,
+                row.device_count if row.available else "-",
+                row.dist_backend or "-",
+                "-" if row.priority is None else row.priority,
+                f"{package} [{row.plugin}]",
+                row.reason or "",
+            ]
+        )
+    print(
+        format_table(
+            ["BACKEND", "AVAILABLE", "DEVICES", "DIST", "PRIORITY", "PACKAGE [PLUGIN]", "WHY NOT"],
+            table,
+        )
+    )
+    if registry.disabled_plugins:
+        print(f"\ndisabled by HWRNG_DISABLE_PLUGINS: {', '.join(registry.disabled_plugins)}")
+    try:
+        chosen = registry.get_platform()
+        print(f"\nselected: {chosen.name}")
+    except HwrngError as error:
+        print(f"\nselected: none ({error})")
+    return 0
+
+
+def _parse_mesh(text: str) -> dict[str, int]:
+    mesh: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, size = part.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"expected NAME=SIZE, got {part!r}")
+        if name in mesh:
+            raise argparse.ArgumentTypeError(f"mesh dim {name!r} given twice")
+        try:
+            mesh[name] = int(size)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"size of {name!r} is not an integer: {size!r}") from None
+    return mesh
+
+
+def _parse_dims(text: str) -> list[str]:
+    return [d.strip() for d in text.split(",") if d.strip()]
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    mesh: dict[str, int] = args.mesh
+    seeds = seed_plan(args.seed, mesh, args.sharded)
+    names = list(mesh)
+    shape = [mesh[n] for n in names]
+    world = len(seeds)
+    if args.json:
+        print(json.dumps({"seed": args.seed, "mesh": mesh, "sharded": args.sharded,
+                          "seeds": [int(s) for s in seeds]}))
+        return 0
+    limit = world if args.limit == 0 else min(args.limit, world)
+    coordinates = np.array(np.unravel_index(np.arange(limit), shape)).T
+    rows = [[rank, *coordinates[rank].tolist(), int(seeds[rank])] for rank in range(limit)]
+    mesh_text = " x ".join(f"{n}={mesh[n]}" for n in names)
+    sharded_text = ", ".join(args.sharded) if args.sharded else "none"
+    print(f"seed {args.seed}, mesh {mesh_text} ({world} ranks), sharded dims: {sharded_text}")
+    print(format_table(["rank", *names, "seed"], rows))
+    if limit < world:
+        print(f"... {world - limit} more ranks (--limit 0 prints all)")
+    shared = [n for n in names if n not in args.sharded]
+    distinct = len(np.unique(seeds))
+    print(f"\n{distinct} distinct seed(s) over {world} ranks")
+    if shared:
+        print(f"ranks that differ only along {', '.join(shared)} share a seed (replicas)")
+    else:
+        print("every rank has its own seed")
+    return 0
+
+
+def _cmd_conformance(args: argparse.Namespace) -> int:
+    from hwrng_conformance.runner import run_conformance
+
+    return run_conformance(args.backend or [], nproc=args.nproc, extra=args.pytest_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``hwrng`` command."""
+    parser = argparse.ArgumentParser(
+        prog="hwrng",
+        description="Random-number state for distributed PyTorch training on any hardware.",
+    )
+    parser.add_argument("--version", action="version", version=f"hwrng {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    backends = commands.add_parser("backends", help="list every registered platform")
+    backends.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    backends.set_defaults(func=_cmd_backends)
+
+    plan = commands.add_parser("plan", help="print the seed of every rank of a mesh")
+    plan.add_argument("--mesh", type=_parse_mesh, required=True, help="dims and sizes: dp=2,pp=2,tp=2")
+    plan.add_argument("--sharded", type=_parse_dims, default=[], help="sharded dims, slowest first: pp,tp")
+    plan.add_argument("--seed", type=int, required=True, help="the job's seed, in [0, 2**64)")
+    plan.add_argument("--limit", type=int, default=1024, help="print at most this many ranks (0: all)")
+    plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    plan.set_defaults(func=_cmd_plan)
+
+    conformance = commands.add_parser(
+        "conformance", help="run the conformance suite against a backend on this machine"
+    )
+    conformance.add_argument(
+        "--backend", action="append", metavar="NAME",
+        help="backend to check (repeatable; default: every available backend)",
+    )
+    conformance.add_argument(
+        "--nproc", type=int, default=None, help="processes for the multi-process rules (default 4)"
+    )
+    conformance.add_argument(
+        "pytest_args", nargs=argparse.REMAINDER, help="after --: extra arguments for pytest"
+    )
+    conformance.set_defaults(func=_cmd_conformance)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``hwrng`` command line and return its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status: int = args.func(args)
+    except HwrngError as error:
+        print(f"hwrng {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""Counter views: a generator seen as a ``(seed, offset)`` pair.
+
+hwrng's sharded-random-op logic is written against one model of a generator:
+a seed, and an offset counted in the units of a counter-based (Philox)
+generator, in multiples of 4. What hwrng relies on is only this: the same
+``(seed, offset)`` gives the same draws, and different offsets give different
+draws. It never assumes that offsets are positions in one sequence (on Ascend
+NPUs each offset selects an independent stream).
+
+Two views are provided for backends to reuse:
+
+* :class:`PhiloxCounter` for generators with a native counter (CUDA, NPU, XPU,
+  ...). It uses the generator's own ``get_offset``/``set_offset`` so no state
+  ever travels through device memory, and falls back to the 16-byte
+  ``(uint64 seed, int64 offset)`` state layout where the offset API is missing.
+* :class:`MersenneCounter` emulates the view for generators whose state is
+  torch's Mersenne-Twister layout (torch's CPU generator), which have no counter.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import torch
+
+from hwrng.errors import InvalidStateError
+
+__all__ = ["CounterView", "MersenneCounter", "PhiloxCounter"]
+
+_U64 = (1 << 64) - 1
+
+
+class CounterView(abc.ABC):
+    """How a platform reads and positions a generator as ``(seed, offset)``.
+
+    Implementations receive values already checked by the :class:`~hwrng.Platform`
+    that calls them: a generator of the platform's device type, a seed in
+    ``[0, 2**64)`` and an offset that is a multiple of 4 in ``[0, 2**63)``.
+    """
+
+    @abc.abstractmethod
+    def read(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return the ``(seed, offset)`` the generator will draw from next."""
+
+    @abc.abstractmethod
+    def write(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Position the generator at ``(seed, offset)``.
+
+        Afterwards :meth:`read` returns ``(seed, offset)`` and the next draws are
+        fully determined by the pair. ``write(g, s, 0)`` must seed exactly as the
+        platform's ``manual_seed(s)`` does.
+        """
+
+
+class PhiloxCounter(CounterView):
+    """Counter view of a generator with a native Philox ``(seed, offset)`` counter.
+
+    Uses ``Generator.initial_seed``, ``manual_seed``, ``get_offset`` and
+    ``set_offset``, all host-side operations: on CUDA none of them synchronises
+    with the device or copies state through device memory. Generators that lack
+    the offset API but keep the 16-byte ``(uint64 seed, int64 offset)`` state of
+    CUDA and Ascend NPU are read and written through that state instead.
+    """
+
+    STATE_BYTES = 16
+
+    def __init__(self) -> None:
+        self._has_offset_api: dict[str, bool] = {}
+
+    def _native(self, generator: torch.Generator) -> bool:
+        device_type = generator.device.type
+        known = self._has_offset_api.get(device_type)
+        if known is None:
+            try:
+                generator.get_offset()
+                known = True
+            except (RuntimeError, NotImplementedError, AttributeError):
+                known = False
+            self._has_offset_api[device_type] = known
+        return known
+
+    def _layout_state(self, generator: torch.Generator) -> torch.Tensor:
+        state = generator.get_state()
+        if state.numel() != self.STATE_BYTES:
+            raise InvalidStateError(
+                f"the {generator.device} generator has no offset API and a "
+                f"{state.numel()}-byte state, not the 16-byte (seed, offset) Philox layout; "
+                "its platform must provide its own CounterView"
+            )
+        return state
+
+    def read(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return the generator's ``(seed, offset)``."""
+        if self._native(generator):
+            return generator.initial_seed() & _U64, int(generator.get_offset())
+        words = self._layout_state(generator).numpy().view(np.uint64)
+        return int(words[0]), int(words[1])
+
+    def write(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Seed the generator with ``seed`` and move it to ``offset``."""
+        if self._native(generator):
+            generator.manual_seed(seed)
+            if offset:
+                generator.set_offset(offset)
+            return
+        self._layout_state(generator)
+        packed = np.array([seed, offset], dtype=np.uint64).view(np.uint8)
+        generator.set_state(torch.from_numpy(packed.copy()))
+
+
+# --- Mersenne-Twister emulation -------------------------------------------------------
+
+# torch's CPU generator state (aten CPUGeneratorImplState, 5056 bytes, little endian):
+#   0  uint64 the_initial_seed | 8 int32 left | 12 int32 seeded | 16 uint64 next
+#   24 uint64 state[624] (each word < 2**32) | 5016 double normal_x, normal_y, normal_rho
+#   5040 int32 normal_is_valid | 5048 float next_float_normal_sample | 5052 bool valid
+_MT_WORDS = 624
+_MT_STATE_BYTES = 5056
+_MT_KEY_START = 24
+_MT_KEY_END = _MT_KEY_START + 8 * _MT_WORDS
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_WORD_STEPS = np.arange(1, _MT_WORDS + 1, dtype=np.uint64) * _GOLDEN
+
+
+def _splitmix_finalise(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _U64
+    return z ^ (z >> 31)
+
+
+def _keyed_words(seed: int, offset: int) -> np.ndarray:
+    """624 well-mixed 32-bit words keyed by the full 64-bit seed and the offset.
+
+    SplitMix64 over a counter starting at a base that mixes both inputs: the
+    Mersenne Twister only needs a non-degenerate start, and this costs a few
+    microseconds where ``numpy.random.SeedSequence`` costs ~75.
+    """
+    base = _splitmix_finalise(seed ^ 0x68776E672D6370) ^ _splitmix_finalise(
+        (offset + 0x243F6A8885A308D3) & _U64
+    )
+    z = _WORD_STEPS + np.uint64(base)
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z ^= z >> np.uint64(31)
+    return z >> np.uint64(32)
+
+
+def mersenne_state(seed: int, offset: int) -> torch.Tensor:
+    """Return the torch CPU generator state that hwrng assigns to ``(seed, offset)``.
+
+    ``(seed, 0)`` with ``seed < 2**32`` is exactly ``torch.manual_seed(seed)``.
+    torch's own seeding keeps only the low 32 bits of the seed (so
+    ``torch.manual_seed(1)`` and ``torch.manual_seed(1 + 2**32)`` draw the same
+    numbers); every other pair gets a Mersenne-Twister key derived from all 64
+    bits of the seed and of the offset, so distinct pairs give distinct streams.
+    """
+    if offset == 0 and seed < 2**32:
+        scratch = torch.Generator()
+        scratch.manual_seed(seed)
+        return scratch.get_state()
+    raw = np.zeros(_MT_STATE_BYTES, dtype=np.uint8)
+    raw[0:8].view(np.uint64)[0] = seed
+    raw[8:16].view(np.int32)[:] = (1, 1)  # left = 1 (twist before the first draw), seeded
+    raw[_MT_KEY_START:_MT_KEY_END].view(np.uint64)[:] = _keyed_words(seed, offset)
+    return torch.from_numpy(raw)
+
+
+def _fingerprint(state: torch.Tensor) -> int:
+    return hash(state.numpy().tobytes())
+
+
+@functools.lru_cache(maxsize=256)
+def _fresh_fingerprint(seed: int) -> int:
+    return _fingerprint(mersenne_state(seed, 0))
+
+
+class MersenneCounter(CounterView):
+    """Emulated counter view for generators with torch's Mersenne-Twister state.
+
+    torch's CPU generator is an mt19937 with no counter (``get_offset`` raises
+    "CPU Generator does not use offset"). hwrng gives it one:
+
+    * ``write(g, seed, offset)`` sets ``g`` to :func:`mersenne_state`, a state
+      determined by the pair alone, and remembers the pair for that state;
+    * ``read(g)`` returns the remembered pair while ``g`` is still in a state
+      hwrng put it in (also after ``fork_rng`` or ``set_rng_state`` restored
+      one), ``(s, 0)`` right after a ``manual_seed(s)`` (torch's or hwrng's),
+      and otherwise -- when ``g`` has drawn since it was positioned -- ``(s,
+      o + 4)`` where ``o`` is the highest offset hwrng has set for seed ``s``:
+      a position never used before, just as a CUDA generator's offset
+      moves past the numbers it has drawn.
+
+    The answer depends only on the generator's state and on what hwrng did in
+    this process, so ranks that did the same things read the same pair. The
+    memory is keyed by state, not by generator object: torch hands the same
+    generator to Python as different wrapper objects (DTensor's dispatch does).
+
+    Parameters
+    ----------
+    history
+        How many positioned states, and how many seeds' highest offsets, to remember.
+    """
+
+    def __init__(self, history: int = 1024) -> None:
+        if history < 1:
+            raise ValueError(f"history must be >= 1, got {history}")
+        self._history = history
+        self._positions: OrderedDict[int, tuple[int, int, torch.Tensor]] = OrderedDict()
+        self._highest: OrderedDict[int, int] = OrderedDict()
+
+    def read(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return the ``(seed, offset)`` the generator sits at (see the class notes)."""
+        state = generator.get_state()
+        if state.numel() != _MT_STATE_BYTES:
+            raise InvalidStateError(
+                f"expected a {_MT_STATE_BYTES}-byte Mersenne-Twister state, "
+                f"got {state.numel()} bytes from the {generator.device} generator"
+            )
+        fingerprint = _fingerprint(state)
+        known = self._positions.get(fingerprint)
+        if known is not None and torch.equal(known[2], state):
+            self._positions.move_to_end(fingerprint)
+            return known[0], known[1]
+        seed = generator.initial_seed() & _U64
+        if fingerprint == _fresh_fingerprint(seed) and torch.equal(
+            state, mersenne_state(seed, 0)
+        ):
+            return seed, 0
+        return seed, self._highest.get(seed, 0) + 4
+
+    def write(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Put the generator in the state assigned to ``(seed, offset)``."""
+        state = mersenne_state(seed, offset)
+        generator.set_state(state)
+        _remember(self._positions, _fingerprint(state), (seed, offset, state), self._history)
+        _remember(self._highest, seed, max(offset, self._highest.get(seed, 0)), self._history)
+
+
+def _remember(memory: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    memory[key] = value
+    memory.move_to_end(key)
+    if len(memory) > limit:
+        memory.popitem(last=False)

@@ -1,0 +1,63 @@
+"""The hooks a hwrng plugin implements.
+
+A plugin is any object or module with functions marked by :data:`hookimpl`.
+Installed plugins are found through the ``hwrng`` entry-point group; the
+built-in ``cpu``, ``cuda`` and ``npu`` backends register that way too::
+
+    # pyproject.toml of a backend distribution
+    [project.entry-points.hwrng]
+    acme = "hwrng_acme"
+
+    # hwrng_acme/__init__.py
+    import hwrng
+
+    class AcmePlatform(hwrng.DeviceModulePlatform):
+        name = "acme"
+        dist_backend = "acmeccl"
+
+    @hwrng.hookimpl
+    def hwrng_platforms():
+        return [AcmePlatform()]
+
+Plugins that live in the process rather than in a distribution register with
+:func:`hwrng.register_plugin`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from hwrng.platform import Platform
+
+__all__ = ["PROJECT_NAME", "hookimpl", "hookspec", "hwrng_platforms"]
+
+#: The pluggy project name, also the entry-point group plugins register under.
+PROJECT_NAME = "hwrng"
+
+#: Marks a function as the specification of a hwrng hook.
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+
+#: Marks a plugin's function as an implementation of a hwrng hook.
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def hwrng_platforms() -> Sequence[Platform]:
+    """Return the platforms this plugin provides.
+
+    Called once per process when the registry loads. Constructing a platform
+    must be cheap and must not import device extensions: do that lazily in
+    :meth:`~hwrng.Platform.unavailable_reason` (as
+    :class:`~hwrng.DeviceModulePlatform` does). Return every platform the
+    plugin knows, available or not; hwrng asks each whether it can run.
+
+    Returns
+    -------
+    Sequence[Platform]
+        Instances of :class:`~hwrng.Platform` subclasses, one per platform name.
+    """
+    raise NotImplementedError  # pragma: no cover - a specification, never called

@@ -1,0 +1,455 @@
+"""The platform interface: everything hwrng needs from a kind of hardware.
+
+A :class:`Platform` describes one torch device type (``"cpu"``, ``"cuda"``,
+``"npu"``, ...): whether it can run here, its devices, their default
+generators, their RNG state, a counter view of each generator, and a
+collective broadcast. hwrng's seeding, offset tracking, forking and
+checkpointing are written once against this interface.
+
+Backends implement it as pluggy plugins (see :mod:`hwrng.hookspecs`).
+:class:`DeviceModulePlatform` is a ready base for accelerators that follow
+torch's device-module API (``torch.cuda``, ``torch.npu``, ``torch.xpu``, ...):
+a backend for such a device is a few class attributes.
+
+Every public method checks its input and raises before changing any state.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import importlib.util
+from types import ModuleType
+from typing import Any, ClassVar, TypeAlias
+
+import torch
+import torch.distributed as dist
+
+from hwrng.counters import CounterView, PhiloxCounter
+from hwrng.errors import BackendUnavailableError, InvalidDeviceError
+from hwrng.validation import check_offset, check_seed, check_state_tensor
+
+__all__ = ["DeviceLike", "DeviceModulePlatform", "Platform"]
+
+#: How a device may be named: an index, ``"cuda:1"``, a :class:`torch.device`,
+#: or ``None`` for the platform's current device.
+DeviceLike: TypeAlias = "int | str | torch.device | None"
+
+
+class Platform(abc.ABC):
+    """One kind of hardware, as hwrng's random-state logic sees it.
+
+    Subclasses set the class attributes and implement the abstract members;
+    the concrete methods here validate input and then use those members.
+
+    Attributes
+    ----------
+    name
+        The platform's name, which is the torch device type of its devices
+        (``"cuda"``); also the name ``HWRNG_BACKEND`` and
+        :func:`hwrng.get_platform` use.
+    dist_backend
+        The ``torch.distributed`` backend for this hardware (``"nccl"``,
+        ``"hccl"``, ``"gloo"``).
+    priority
+        Auto-selection picks the available platform of highest priority.
+        Accelerators use 100, the CPU 0; a software or debugging device
+        should use a negative number so it never wins by default.
+    capabilities
+        Named optional behaviours the conformance suite checks or skips by:
+        ``"dtensor"`` means torch's random ops on this device type's tensors
+        draw from :meth:`generator`, so DTensor random ops can be tracked.
+    """
+
+    name: ClassVar[str]
+    dist_backend: ClassVar[str]
+    priority: ClassVar[int] = 0
+    capabilities: ClassVar[frozenset[str]] = frozenset({"dtensor"})
+
+    # -- availability ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    def unavailable_reason(self) -> str | None:
+        """Say why the platform cannot run here, or return ``None`` if it can.
+
+        Must not raise and must not import anything that could break the
+        process (see :class:`DeviceModulePlatform` for lazy imports).
+        """
+
+    def is_available(self) -> bool:
+        """Return ``True`` if the platform can run on this machine."""
+        return self.unavailable_reason() is None
+
+    def require_available(self) -> None:
+        """Raise :class:`~hwrng.BackendUnavailableError` unless the platform can run here."""
+        reason = self.unavailable_reason()
+        if reason is not None:
+            raise BackendUnavailableError(self.name, reason)
+
+    # -- devices --------------------------------------------------------------------
+
+    @property
+    def device_type(self) -> str:
+        """The torch device type of this platform's generators and tensors.
+
+        The same as :attr:`name` for every real device; a software device that
+        keeps its state in CPU generators (see ``examples/``) returns ``"cpu"``.
+        """
+        return self.name
+
+    @property
+    @abc.abstractmethod
+    def device_handle(self) -> Any:
+        """The torch device module (``torch.cuda``, ``torch.npu``, ``torch.cpu``, ...)."""
+
+    @property
+    @abc.abstractmethod
+    def counter(self) -> CounterView:
+        """How this platform reads and positions a generator as ``(seed, offset)``."""
+
+    @abc.abstractmethod
+    def device_count(self) -> int:
+        """Return the number of devices visible to this process (0 when unavailable)."""
+
+    @abc.abstractmethod
+    def current_device(self) -> int:
+        """Return the index of the process's current device."""
+
+    @abc.abstractmethod
+    def generator(self, device: DeviceLike = None) -> torch.Generator:
+        """Return the default generator of ``device`` (default: the current device).
+
+        This is the generator torch's random ops on that device draw from when
+        no ``generator=`` is passed.
+        """
+
+    def device_index(self, device: DeviceLike = None) -> int:
+        """Normalise ``device`` to an index in ``[0, device_count())``.
+
+        Parameters
+        ----------
+        device
+            An index, a string such as ``"cuda:1"``, a :class:`torch.device`, or
+            ``None`` for the current device. A device of another type is refused.
+
+        Raises
+        ------
+        InvalidDeviceError
+            If ``device`` is of another device type or out of range.
+        """
+        if device is None:
+            return self.current_device()
+        if isinstance(device, bool):
+            raise InvalidDeviceError(f"device must be an index or a device name, not {device!r}")
+        if isinstance(device, int):
+            index = device
+        else:
+            try:
+                parsed = torch.device(device)
+            except (RuntimeError, TypeError) as error:
+                raise InvalidDeviceError(f"{device!r} is not a device: {error}") from None
+            if parsed.type != self.device_type:
+                raise InvalidDeviceError(
+                    f"device {device!r} is a {parsed.type} device; the {self.name} platform "
+                    f"manages {self.device_type} devices"
+                )
+            if parsed.index is None:
+                return self.current_device()
+            index = parsed.index
+        count = self.device_count()
+        if not 0 <= index < count:
+            raise InvalidDeviceError(
+                f"device index {index} is out of range: the {self.name} platform has "
+                f"{count} device(s)"
+            )
+        return index
+
+    def device(self, device: DeviceLike = None) -> torch.device:
+        """Return the :class:`torch.device` for ``device`` (default: the current one)."""
+        return torch.device(self.device_type, self.device_index(device))
+
+    # -- RNG state ------------------------------------------------------------------
+
+    def get_rng_state(self, device: DeviceLike = None) -> torch.Tensor:
+        """Return a copy of the RNG state of ``device`` as a CPU ``torch.uint8`` tensor.
+
+        Never copies through device memory.
+        """
+        return self.generator(device).get_state()
+
+    def set_rng_state(self, state: torch.Tensor, device: DeviceLike = None) -> None:
+        """Restore the RNG state of ``device`` from a tensor :meth:`get_rng_state` returned.
+
+        Raises
+        ------
+        InvalidStateError
+            If ``state`` is not a 1-D CPU ``torch.uint8`` tensor of the size of this
+            device's state. The generator is left untouched.
+        """
+        generator = self.generator(device)
+        expected = generator.get_state().numel()
+        generator.set_state(check_state_tensor(state, expected, str(generator.device)))
+
+    def manual_seed(self, seed: int, device: DeviceLike = None) -> None:
+        """Seed the default generator of ``device`` (default: the current device).
+
+        Afterwards :meth:`get_seed_offset` of that generator reads ``(seed, 0)``.
+
+        Raises
+        ------
+        InvalidSeedError
+            If ``seed`` is not an integer in ``[0, 2**64)``; nothing is seeded.
+        """
+        value = check_seed(seed)
+        self.counter.write(self.generator(device), value, 0)
+
+    def manual_seed_all(self, seed: int) -> None:
+        """Seed the default generator of every device of this platform with ``seed``."""
+        value = check_seed(seed)
+        for index in range(self.device_count()):
+            self.counter.write(self.generator(index), value, 0)
+
+    # -- counter view ---------------------------------------------------------------
+
+    def check_generator(self, generator: object) -> torch.Generator:
+        """Return ``generator`` after checking it is a generator of this platform's devices.
+
+        Raises
+        ------
+        InvalidDeviceError
+            If it is not a :class:`torch.Generator` on this platform's device type.
+        """
+        if not isinstance(generator, torch.Generator):
+            raise InvalidDeviceError(
+                f"expected a torch.Generator, got {type(generator).__name__}"
+            )
+        if generator.device.type != self.device_type:
+            raise InvalidDeviceError(
+                f"a generator on {generator.device} does not belong to the {self.name} "
+                f"platform ({self.device_type} devices)"
+            )
+        return generator
+
+    def get_seed_offset(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return the ``(seed, offset)`` that ``generator`` will draw from next.
+
+        The offset is counted in the units of a counter-based generator and is
+        a multiple of 4. The same ``(seed, offset)`` always gives the same
+        draws; different offsets give different draws.
+        """
+        return self.counter.read(self.check_generator(generator))
+
+    def set_seed_offset(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Position ``generator`` at ``(seed, offset)``.
+
+        Raises
+        ------
+        InvalidSeedError, InvalidOffsetError, InvalidDeviceError
+            On a bad seed, an offset that is negative, ``>= 2**63`` or not a
+            multiple of 4, or a generator of another device type; the generator
+            is left untouched.
+        """
+        checked = self.check_generator(generator)
+        seed_value = check_seed(seed)
+        offset_value = check_offset(offset)
+        self.counter.write(checked, seed_value, offset_value)
+
+    # -- collectives and determinism ------------------------------------------------
+
+    def broadcast(
+        self, tensor: torch.Tensor, src: int = 0, group: dist.ProcessGroup | None = None
+    ) -> None:
+        """Broadcast ``tensor`` in place from global rank ``src`` over ``group``.
+
+        Seeding never calls this: it is for callers that choose to share
+        state, and for the conformance suite.
+
+        Raises
+        ------
+        RuntimeError
+            If ``torch.distributed`` is not initialised.
+        """
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"broadcast needs a torch.Tensor, got {type(tensor).__name__}")
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(
+                "torch.distributed is not initialised: call "
+                f"torch.distributed.init_process_group({self.dist_backend!r}) first"
+            )
+        dist.broadcast(tensor, src=src, group=group)
+
+    def enable_determinism(self) -> dict[str, str]:
+        """Turn on this platform's own deterministic-algorithm switches.
+
+        :func:`hwrng.manual_seed` calls it with ``deterministic=True``, after
+        ``torch.use_deterministic_algorithms(True)``. The base does nothing.
+
+        Returns
+        -------
+        dict
+            What was changed, setting name to new value, for logs.
+        """
+        return {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class DeviceModulePlatform(Platform):
+    """Base for accelerators that follow torch's device-module API.
+
+    torch requires a device module (``torch.cuda``, ``torch.xpu``, a
+    PrivateUse1 module such as ``torch.npu``) to provide ``is_available``,
+    ``device_count``, ``current_device``, ``manual_seed(_all)`` and
+    ``get/set_rng_state``, and most expose ``default_generators``. This base
+    builds a whole :class:`Platform` on that, with a :class:`PhiloxCounter`.
+    A backend sets :attr:`name`, :attr:`dist_backend` and, when the device type
+    comes from an extension, :attr:`extension_module`::
+
+        class XPUPlatform(DeviceModulePlatform):
+            name = "xpu"
+            dist_backend = "xccl"
+
+    The extension is imported only when the platform is asked whether it is
+    available, never while plugins load.
+
+    Attributes
+    ----------
+    extension_module
+        The package that registers the device type with torch (``"torch_npu"``),
+        or ``None`` when torch itself ships it.
+    install_hint
+        What to tell a user whose machine lacks :attr:`extension_module`.
+    """
+
+    priority: ClassVar[int] = 100
+    extension_module: ClassVar[str | None] = None
+    install_hint: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        self._counter: CounterView = PhiloxCounter()
+        self._module: ModuleType | None = None
+
+    @property
+    def counter(self) -> CounterView:
+        """The Philox counter view (the generator's own offset API)."""
+        return self._counter
+
+    def import_blocker(self) -> str | None:
+        """Say why importing :attr:`extension_module` here would be unsafe, or ``None``.
+
+        Called before the import; the base allows it. Override for extensions
+        that break the process in some environments.
+        """
+        return None
+
+    def load_device_module(self) -> ModuleType:
+        """Import the extension if needed and return the torch device module.
+
+        Raises
+        ------
+        BackendUnavailableError
+            If the extension is missing, unsafe to import here, or fails to import.
+        """
+        if self._module is not None:
+            return self._module
+        extension = self.extension_module
+        if extension is not None:
+            if importlib.util.find_spec(extension) is None:
+                hint = f"; {self.install_hint}" if self.install_hint else ""
+                raise BackendUnavailableError(self.name, f"{extension} is not installed{hint}")
+            blocker = self.import_blocker()
+            if blocker is not None:
+                raise BackendUnavailableError(self.name, blocker)
+            try:
+                importlib.import_module(extension)
+            except Exception as error:  # an extension can fail in many ways; report any
+                raise BackendUnavailableError(
+                    self.name, f"importing {extension} failed: {type(error).__name__}: {error}"
+                ) from error
+        try:
+            module = torch.get_device_module(self.name)
+        except RuntimeError as error:
+            raise BackendUnavailableError(
+                self.name, f"torch has no device module for {self.name!r}: {error}"
+            ) from error
+        self._module = module
+        return module
+
+    def unavailable_reason(self) -> str | None:
+        """Say why the device cannot be used here, or ``None``."""
+        try:
+            module = self.load_device_module()
+            if not module.is_available():
+                return self.not_available_detail(module)
+            if module.device_count() < 1:
+                return f"torch.{self.name}.device_count() is 0"
+        except BackendUnavailableError as error:
+            return error.reason
+        except Exception as error:  # is_available must never raise out of a probe
+            return f"probing {self.name} failed: {type(error).__name__}: {error}"
+        return None
+
+    def not_available_detail(self, module: ModuleType) -> str:
+        """Explain a ``False`` from ``module.is_available()``; override for detail."""
+        return f"torch.{self.name}.is_available() is False"
+
+    @property
+    def device_handle(self) -> ModuleType:
+        """The torch device module, imported on first use."""
+        return self.load_device_module()
+
+    def device_count(self) -> int:
+        """Return the number of visible devices, 0 when the platform is unavailable."""
+        if not self.is_available():
+            return 0
+        return int(self.device_handle.device_count())
+
+    def current_device(self) -> int:
+        """Return the current device index."""
+        self.require_available()
+        return int(self.device_handle.current_device())
+
+    def _initialised(self) -> bool:
+        probe = getattr(self.device_handle, "is_initialized", None)
+        return bool(probe()) if callable(probe) else True
+
+    def generator(self, device: DeviceLike = None) -> torch.Generator:
+        """Return the default generator of ``device``, initialising the device module."""
+        self.require_available()
+        index = self.device_index(device)
+        module = self.device_handle
+        init = getattr(module, "init", None)
+        if callable(init):
+            init()
+        generators = getattr(module, "default_generators", None)
+        if generators is None or len(generators) <= index:
+            raise BackendUnavailableError(
+                self.name, f"torch.{self.name}.default_generators has no generator {index}"
+            )
+        generator = generators[index]
+        assert isinstance(generator, torch.Generator)
+        return generator
+
+    def manual_seed(self, seed: int, device: DeviceLike = None) -> None:
+        """Seed ``device``; before the device module is initialised, lazily.
+
+        Like ``torch.cuda.manual_seed``, seeding the current device before
+        initialisation is queued rather than creating a context now, so that a
+        process that has not yet chosen its device does not open one on device 0.
+        """
+        value = check_seed(seed)
+        self.require_available()
+        if device is None and not self._initialised():
+            self.device_handle.manual_seed(value)
+            return
+        super().manual_seed(value, device)
+
+    def manual_seed_all(self, seed: int) -> None:
+        """Seed every device; before the device module is initialised, lazily."""
+        value = check_seed(seed)
+        self.require_available()
+        if not self._initialised():
+            self.device_handle.manual_seed_all(value)
+            return
+        super().manual_seed_all(value)

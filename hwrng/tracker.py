@@ -1,0 +1,150 @@
+"""``OffsetTracker``: run a random op on a local shard at the right offset.
+
+Written once against :class:`~hwrng.Platform`'s counter view, so it works on
+every backend: a tracked region positions the generator with the platform's
+``(seed, offset)`` view and never copies RNG state through device memory (on
+CUDA it never synchronises with the device either).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+import torch
+
+from hwrng.errors import InvalidOffsetError
+from hwrng.platform import DeviceLike, Platform
+from hwrng.registry import resolve_platform
+from hwrng.sharding import ShardSpec, shard_offsets
+from hwrng.validation import MAX_OFFSET
+
+__all__ = ["OffsetTracker"]
+
+_active = threading.local()
+
+
+def _active_ids() -> set[int]:
+    ids: set[int] | None = getattr(_active, "ids", None)
+    if ids is None:
+        ids = _active.ids = set()
+    return ids
+
+
+@contextlib.contextmanager
+def _exclusive(*generators: torch.Generator) -> Iterator[None]:
+    ids = _active_ids()
+    keys = {id(generator) for generator in generators}
+    for generator in generators:
+        if id(generator) in ids:
+            raise RuntimeError(
+                f"a tracked region is already open on the {generator.device} generator; "
+                "regions on one generator do not nest (the inner op would draw inside "
+                "the outer op's shard ranges)"
+            )
+    ids.update(keys)
+    try:
+        yield
+    finally:
+        ids.difference_update(keys)
+
+
+class OffsetTracker:
+    """Places each rank's random draws for ops on sharded tensors.
+
+    Inside :meth:`region`, a rank's generator sits at the start of its own
+    shard's range; afterwards every rank's generator sits at the same offset,
+    past every shard's range, so replicas draw equal numbers, shards
+    independent ones, and the next op overlaps none of them.
+
+    Parameters
+    ----------
+    platform
+        A :class:`~hwrng.Platform`, a platform name, or ``None`` for
+        :func:`hwrng.get_platform`'s choice.
+    device
+        The device whose default generator regions use when no generator is
+        passed; by default the platform's current device at each region.
+
+    Examples
+    --------
+    >>> import torch, hwrng
+    >>> from torch.distributed.tensor import Shard
+    >>> tracker = hwrng.OffsetTracker("cpu")
+    >>> spec = hwrng.ShardSpec((8, 4), (2,), (Shard(0),), (1,))
+    >>> with tracker.region(spec) as generator:
+    ...     local = torch.rand(spec.local_shape, generator=generator)
+    """
+
+    def __init__(
+        self, platform: Platform | str | None = None, device: DeviceLike = None
+    ) -> None:
+        self.platform = resolve_platform(platform)
+        self.device = None if device is None else self.platform.device_index(device)
+
+    @contextlib.contextmanager
+    def region(
+        self,
+        spec: ShardSpec,
+        generator: torch.Generator | None = None,
+        *,
+        via_default: bool = False,
+    ) -> Iterator[torch.Generator]:
+        """Run the body as this rank's part of one random op on ``spec``.
+
+        On entry the generator moves from ``(seed, offset)`` to ``(seed, offset
+        + start_increment)``; on exit -- also on an exception -- to ``(seed,
+        offset + end_increment)`` (see :func:`hwrng.shard_offsets`).
+
+        Parameters
+        ----------
+        spec
+            The sharded tensor the op fills.
+        generator
+            The generator to track: a user's :class:`torch.Generator`, whose
+            advanced position stays in it, or ``None`` for the device's default
+            generator.
+        via_default
+            For ops that can only draw from the device's default generator
+            (DTensor pops a user's generator from an op's arguments): the
+            default generator is put at ``generator``'s shard position for the
+            body and restored exactly afterwards, and ``generator`` advances.
+
+        Yields
+        ------
+        torch.Generator
+            The generator the body must draw from.
+
+        Raises
+        ------
+        TypeError
+            If ``spec`` is not a :class:`~hwrng.ShardSpec`.
+        RuntimeError
+            If a region is already open on the same generator in this thread.
+        InvalidOffsetError
+            If the op would move the offset past ``2**63``.
+        """
+        if not isinstance(spec, ShardSpec):
+            raise TypeError(f"region needs a ShardSpec, got {type(spec).__name__}")
+        platform = self.platform
+        default = platform.generator(self.device)
+        tracked = default if generator is None else platform.check_generator(generator)
+        drawn = default if via_default else tracked
+        start, end = shard_offsets(spec)
+        seed, offset = platform.get_seed_offset(tracked)
+        if offset + end > MAX_OFFSET:
+            raise InvalidOffsetError(
+                f"the {tracked.device} generator is at offset {offset}; an op of "
+                f"{end} more would pass 2**63"
+            )
+        counter = platform.counter
+        with _exclusive(drawn, tracked):
+            saved = drawn.get_state() if drawn is not tracked else None
+            counter.write(drawn, seed, offset + start)
+            try:
+                yield drawn
+            finally:
+                if saved is not None:
+                    drawn.set_state(saved)
+                counter.write(tracked, seed, offset + end)

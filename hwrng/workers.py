@@ -1,0 +1,126 @@
+"""Seeding DataLoader workers so that no two workers of any two ranks repeat.
+
+torch seeds each worker's torch generator with ``base_seed + worker_id``,
+where ``base_seed`` is drawn from the rank's generator when an iterator is
+created, but leaves Python's ``random`` and NumPy as the fork copied them:
+every worker then repeats the same NumPy augmentations (pytorch#5059).
+And replicas of a data-parallel job share their seed, so their workers'
+``base_seed`` -- and augmentations -- coincide across ranks too.
+
+:data:`worker_init_fn` derives each worker's seeds with NumPy's
+``SeedSequence`` from the worker's torch seed (which comes from the rank's
+seeded generator, and changes every epoch), the global rank and the worker id.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from hwrng.counters import mersenne_state
+
+__all__ = ["WorkerInitFn", "WorkerSeeds", "worker_init_fn", "worker_seeds"]
+
+
+@dataclass(frozen=True)
+class WorkerSeeds:
+    """The seeds one DataLoader worker receives.
+
+    Attributes
+    ----------
+    torch_seed
+        For torch's CPU generator, 64 bits.
+    python_seed
+        For Python's ``random``, 128 bits.
+    numpy_words
+        Four 32-bit words for NumPy's legacy global generator.
+    """
+
+    torch_seed: int
+    python_seed: int
+    numpy_words: tuple[int, int, int, int]
+
+
+def worker_seeds(base: int, rank: int, worker_id: int) -> WorkerSeeds:
+    """Derive a worker's seeds. Pure: touches no RNG.
+
+    Parameters
+    ----------
+    base
+        The worker's torch seed as the DataLoader set it (``base_seed + worker_id``).
+    rank
+        The global rank of the process that owns the DataLoader.
+    worker_id
+        The worker's id.
+
+    Returns
+    -------
+    WorkerSeeds
+        Independent streams for every distinct ``(base, rank, worker_id)``.
+    """
+    for name, value in (("base", base), ("rank", rank), ("worker_id", worker_id)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    sequence = np.random.SeedSequence(entropy=base, spawn_key=(rank, worker_id))
+    words = [int(word) for word in sequence.generate_state(10, dtype=np.uint32)]
+    torch_seed = words[0] | words[1] << 32
+    python_seed = words[2] | words[3] << 32 | words[4] << 64 | words[5] << 96
+    numpy_words = (words[6], words[7], words[8], words[9])
+    return WorkerSeeds(torch_seed, python_seed, numpy_words)
+
+
+def _global_rank() -> int:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    for variable in ("RANK", "HWRNG_RANK"):
+        value = os.environ.get(variable)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(f"environment variable {variable}={value!r} is not a rank") from None
+    return 0
+
+
+@dataclass(frozen=True)
+class WorkerInitFn:
+    """A DataLoader ``worker_init_fn`` that seeds torch, ``random`` and NumPy per worker.
+
+    Parameters
+    ----------
+    rank
+        The global rank of the process that owns the DataLoader; by default
+        detected in the worker: ``torch.distributed``'s rank if initialised
+        there, else the ``RANK`` (set by torchrun) or ``HWRNG_RANK``
+        environment variable, else 0. Pass it when workers are spawned by a
+        launcher that sets neither.
+
+    Examples
+    --------
+    >>> loader = torch.utils.data.DataLoader(range(8), num_workers=2,
+    ...                                      worker_init_fn=hwrng.worker_init_fn)  # doctest: +SKIP
+    """
+
+    rank: int | None = None
+
+    def __call__(self, worker_id: int) -> None:
+        """Seed the calling DataLoader worker."""
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            raise RuntimeError("worker_init_fn must run inside a DataLoader worker process")
+        rank = _global_rank() if self.rank is None else self.rank
+        seeds = worker_seeds(info.seed, rank, worker_id)
+        torch.default_generator.set_state(mersenne_state(seeds.torch_seed, 0))
+        random.seed(seeds.python_seed)
+        np.random.seed(np.array(seeds.numpy_words, dtype=np.uint32))
+
+
+#: Pass as ``DataLoader(worker_init_fn=hwrng.worker_init_fn)``.
+worker_init_fn = WorkerInitFn()

@@ -1,0 +1,100 @@
+"""What each rank runs in test_seeding_dist.py (importable by the spawned ranks)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+import hwrng
+
+
+def _draws() -> dict[str, Any]:
+    return {
+        "torch": torch.rand(4).tolist(),
+        "device": torch.rand(4, generator=hwrng.get_platform("cpu").generator()).tolist(),
+        "random": [random.random() for _ in range(4)],
+        "numpy": np.random.rand(4).tolist(),
+    }
+
+
+def seed_on_mesh(seed: int, sharded: list[str]) -> list[dict[str, Any]]:
+    mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))
+    rank_seed = hwrng.manual_seed(seed, mesh, sharded_dims=sharded, platform="cpu")
+    coordinate = mesh.get_coordinate()
+    assert coordinate is not None
+    mine = {"rank": dist.get_rank(), "coordinate": dict(zip(("dp", "pp", "tp"), coordinate, strict=True)),
+            "seed": rank_seed, **_draws()}
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, mine)
+    return gathered
+
+
+def seed_on_groups(seed: int, names: list[str]) -> dict[str, Any]:
+    mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))
+    groups = [mesh.get_group(name) for name in names]
+    by_groups = hwrng.manual_seed(seed, groups=groups, platform="cpu")
+    draws = _draws()
+    by_mesh = hwrng.manual_seed(seed, mesh, sharded_dims=names, platform="cpu")
+    return {"groups": by_groups, "mesh": by_mesh, "draws": draws, "again": _draws()}
+
+
+def seed_on_hand_made_groups(seed: int) -> int:
+    """Groups built with new_group: pairs {0,1}, {2,3}, ... sharded within each pair."""
+    world = dist.get_world_size()
+    mine = None
+    for start in range(0, world, 2):
+        group = dist.new_group([start, start + 1])
+        if dist.get_rank() in (start, start + 1):
+            mine = group
+    assert mine is not None
+    return hwrng.manual_seed(seed, groups=[mine], platform="cpu")
+
+
+def only_rank_zero_seeds(seed: int) -> int | None:
+    """Seeding uses no collective: one rank seeding alone must not hang."""
+    mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))
+    result = None
+    if dist.get_rank() == 0:
+        result = hwrng.manual_seed(seed, mesh, sharded_dims=["pp", "tp"], platform="cpu")
+    return result
+
+
+def rank_outside_mesh(seed: int) -> str:
+    before = torch.get_rng_state()
+    mesh = DeviceMesh("cpu", [[0, 1], [2, 3]], mesh_dim_names=("pp", "tp"))
+    try:
+        return str(hwrng.manual_seed(seed, mesh, sharded_dims=["tp"], platform="cpu"))
+    except hwrng.MeshError as error:
+        assert torch.equal(before, torch.get_rng_state()), "a refused call must touch nothing"
+        return f"MeshError: {error}"
+
+
+def dataloader_worker_streams(seed: int, use_hwrng: bool) -> list[dict[str, Any]] | None:
+    """Ranks 0 and 1 each run a 2-worker DataLoader; every item reports its worker's draws."""
+    from torch.utils.data import DataLoader, Dataset
+
+    class Probe(Dataset[dict[str, Any]]):
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, index: int) -> dict[str, Any]:
+            info = torch.utils.data.get_worker_info()
+            assert info is not None
+            return {"worker": info.id, "torch": torch.rand(1).item(),
+                    "random": random.random(), "numpy": float(np.random.rand())}
+
+    rank = dist.get_rank()
+    hwrng.manual_seed(seed, platform="cpu")  # every rank the same: data-parallel replicas
+    if rank > 1:
+        return None
+    loader = DataLoader(
+        Probe(), batch_size=None, num_workers=2,
+        worker_init_fn=hwrng.worker_init_fn if use_hwrng else None,
+        multiprocessing_context="fork",
+    )
+    return [{"rank": rank, **item} for item in loader]

@@ -1,0 +1,110 @@
+"""The DTensor adapter over real processes: 2-D and 3-D gloo meshes of 8 ranks."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import dist_dtensor_checks as checks
+import hwrng
+from hwrng_conformance.multiproc import DistributedPool
+from test_sharding import held_indices
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[DistributedPool]:
+    with DistributedPool(8, timeout=120) as started:
+        yield started
+
+
+def assert_consistent(reports: list[dict[str, Any]], mesh_shape: list[int], codes: list[str],
+                      shape: list[int]) -> None:
+    """Replicas equal, shards share no value, every rank at one offset afterwards."""
+    placements = tuple(checks._placements(codes))
+    held = {
+        r["rank"]: held_indices(tuple(shape), tuple(mesh_shape), placements, r["coordinate"])
+        for r in reports
+    }
+    for a, b in itertools.combinations(reports, 2):
+        if held[a["rank"]] == held[b["rank"]]:
+            assert a["local"] == b["local"], f"replicas {a['rank']} and {b['rank']} differ"
+        elif a["local"] and b["local"]:
+            shared = set(a["local"]) & set(b["local"]) - {0.0}
+            assert not shared, f"shards on ranks {a['rank']} and {b['rank']} share values"
+    for r in reports:
+        assert len(r["local"]) == len(held[r["rank"]])
+    assert len({r["counter"] for r in reports}) == 1, "every rank ends at the same offset"
+
+
+CASES = {
+    "2-D, uneven shape": ([2, 4], ["S1", "R"], [5, 7]),
+    "2-D, replicate and shard": ([2, 4], ["R", "S0"], [12, 3]),
+    "3-D, one dim over two mesh dims": ([2, 2, 2], ["R", "S0", "S0"], [12, 3]),
+    "3-D, two tensor dims": ([2, 2, 2], ["S1", "R", "S0"], [6, 10]),
+    "fewer elements than shards": ([2, 4], ["S0", "S0"], [3]),
+    "2-D, tiny and uneven": ([4, 2], ["S1", "S0"], [3, 5]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("op", ["uniform", "normal"])
+def test_replicas_equal_shards_distinct(pool: DistributedPool, case: str, op: str) -> None:
+    mesh_shape, codes, shape = CASES[case]
+    results = pool.run(checks.random_op, mesh_shape, codes, shape, op)
+    assert_consistent([r[0] for r in results], mesh_shape, codes, shape)
+
+
+@pytest.mark.parametrize("op", ["kaiming", "trunc_normal", "dropout"])
+def test_init_and_dropout_on_sharded_parameters(pool: DistributedPool, op: str) -> None:
+    mesh_shape, codes, shape = [2, 4], ["S0", "R"], [16, 8]
+    results = pool.run(checks.random_op, mesh_shape, codes, shape, op)
+    reports = [r[0] for r in results]
+    if op == "dropout":  # compare masks: which elements were kept
+        for r in reports:
+            r["local"] = [float(v != 0) + i * 1e-6 for i, v in enumerate(r["local"])]
+        by_shard: dict[int, list[list[float]]] = {}
+        for r in reports:
+            by_shard.setdefault(r["coordinate"][0], []).append(r["local"])
+        assert all(m == masks[0] for masks in by_shard.values() for m in masks)
+        assert by_shard[0][0] != by_shard[1][0], "the two shards must not share a mask"
+        assert len({r["counter"] for r in reports}) == 1
+    else:
+        assert_consistent(reports, mesh_shape, codes, shape)
+
+
+def test_two_consecutive_ops_share_no_values(pool: DistributedPool) -> None:
+    mesh_shape, codes, shape = [2, 2, 2], ["R", "S0", "R"], [8, 4]
+    results = pool.run(checks.random_op, mesh_shape, codes, shape, "uniform", times=2)
+    first = {v for r in results for v in r[0]["local"]}
+    second = {v for r in results for v in r[1]["local"]}
+    assert not first & second
+    assert_consistent([r[1] for r in results], mesh_shape, codes, shape)
+    assert results[0][1]["counter"][1] > results[0][0]["counter"][1]
+
+
+def test_without_the_adapter_every_cpu_shard_is_identical(pool: DistributedPool) -> None:
+    """The control, i.e. torch's behaviour on a CPU mesh: no tracker, so shards repeat."""
+    results = pool.run(checks.random_op, [2, 4], ["R", "S0"], [12, 3], "uniform", adapter=False)
+    locals_ = [r[0]["local"] for r in results]
+    assert all(local == locals_[0] for local in locals_), "torch gives every shard the same numbers"
+
+
+def test_distributed_rand(pool: DistributedPool) -> None:
+    mesh_shape, codes, shape = [2, 4], ["S0", "S1"], [6, 9]
+    reports = pool.run(checks.dtensor_rand, mesh_shape, codes, shape)
+    assert_consistent(reports, mesh_shape, codes, shape)
+
+
+def test_user_generator_advances_and_default_is_untouched(pool: DistributedPool) -> None:
+    mesh_shape, codes, shape = [2, 4], ["R", "S0"], [10, 2]
+    reports = pool.run(checks.user_generator, mesh_shape, codes, shape)
+    assert_consistent(reports, mesh_shape, codes, shape)
+    spec = hwrng.ShardSpec(tuple(shape), tuple(mesh_shape), tuple(checks._placements(codes)), (0, 0))
+    end = hwrng.shard_offsets(spec)[1]
+    assert all(r["default_unchanged"] for r in reports)
+    assert {r["user_counter"] for r in reports} == {(555, end)}
+    assert math.prod(shape) <= end

@@ -1,0 +1,30 @@
+"""fork_rng on the CPU backend and with an explicit device list."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hwrng
+
+
+def test_fork_by_name_and_by_platform(cpu: hwrng.Platform) -> None:
+    torch.manual_seed(1)
+    state = torch.get_rng_state()
+    for platform in ("cpu", cpu, None):
+        with hwrng.fork_rng(platform=platform):
+            torch.rand(10)
+        assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_explicit_devices_are_checked_before_anything(cpu: hwrng.Platform) -> None:
+    with hwrng.fork_rng([0, "cpu", torch.device("cpu")], platform=cpu):
+        torch.rand(2)
+    for bad in ([1], ["cuda:0"], [None, 5]):
+        with pytest.raises(hwrng.InvalidDeviceError), hwrng.fork_rng(bad, platform=cpu):
+            pass  # pragma: no cover - never entered
+
+
+def test_unknown_platform(cpu: hwrng.Platform) -> None:
+    with pytest.raises(hwrng.BackendNotFoundError), hwrng.fork_rng(platform="nope"):
+        pass  # pragma: no cover - never entered

@@ -1,0 +1,72 @@
+"""RNGStatesTracker on the CPU backend, beyond the conformance rules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hwrng
+from hwrng.states import TrackerError, UnknownStateError
+
+
+def test_add_fork_and_copies(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.RNGStatesTracker("cpu")
+    tracker.add("model-parallel-rng", 10)
+    tracker.add("expert-parallel-rng", 11)
+    assert tracker.names == ["model-parallel-rng", "expert-parallel-rng"]
+    assert tracker.seeds == {"model-parallel-rng": 10, "expert-parallel-rng": 11}
+    states = tracker.get_states()
+    states["model-parallel-rng"].zero_()  # a copy: the tracker is unaffected
+    with tracker.fork():
+        a = torch.rand(3)
+    torch.manual_seed(10)
+    assert torch.equal(torch.rand(3), a)
+
+
+def test_set_states_round_trip_and_checks(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.RNGStatesTracker(cpu)
+    tracker.add("a", 1)
+    saved = tracker.get_states()
+    with tracker.fork("a"):
+        first = torch.rand(4)
+    tracker.set_states(saved)  # as after loading a checkpoint
+    with tracker.fork("a"):
+        assert torch.equal(torch.rand(4), first)
+    good = tracker.get_states()["a"]
+    for bad in ({"a": good[:-1]}, {"a": good.float()}, {"": good}, {3: good}, [("a", good)]):
+        with pytest.raises((hwrng.InvalidStateError, TrackerError)):
+            tracker.set_states(bad)  # type: ignore[arg-type]
+    assert torch.equal(tracker.get_states()["a"], good), "a refused set_states changes nothing"
+    tracker.set_states({"b": good})
+    assert tracker.seeds == {"b": None}
+
+
+def test_refusals(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.RNGStatesTracker(cpu)
+    for name in ("", None, 3):
+        with pytest.raises(TrackerError, match="non-empty string"):
+            tracker.add(name, 1)  # type: ignore[arg-type]
+    with pytest.raises(hwrng.InvalidSeedError):
+        tracker.add("a", -1)
+    assert tracker.names == []
+    with pytest.raises(UnknownStateError, match="'model-parallel-rng' is not tracked \\(tracked: none\\)"):
+        with tracker.fork():
+            pass  # pragma: no cover - never entered
+    tracker.add("a", 1)
+    with tracker.fork("a"):
+        with pytest.raises(RuntimeError, match="already forked"), tracker.fork("a"):
+            pass  # pragma: no cover - never entered
+        with pytest.raises(TrackerError, match="forked"):
+            tracker.reset()
+        with pytest.raises(TrackerError, match="forked"):
+            tracker.set_states({})
+    tracker.reset()
+    assert tracker.names == [] and tracker.seeds == {}
+    tracker.add("a", 1)  # a reset frees names and seeds
+
+
+def test_add_leaves_the_current_state(cpu: hwrng.Platform) -> None:
+    torch.manual_seed(5)
+    state = torch.get_rng_state()
+    hwrng.RNGStatesTracker(cpu).add("x", 99)
+    assert torch.equal(torch.get_rng_state(), state)

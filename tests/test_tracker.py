@@ -1,0 +1,83 @@
+"""OffsetTracker on the CPU backend, beyond the conformance rules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.distributed.tensor import Replicate, Shard
+
+import hwrng
+
+SPEC = hwrng.ShardSpec((8, 2), (2,), (Shard(0),), (1,))
+
+
+def test_region_and_after(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.OffsetTracker("cpu")
+    assert tracker.platform is cpu and tracker.device is None
+    cpu.set_seed_offset(torch.default_generator, 3, 0)
+    with tracker.region(SPEC) as generator:
+        assert generator is torch.default_generator
+        assert cpu.get_seed_offset(generator) == (3, 8)
+        local = torch.rand(4, 2)
+    assert cpu.get_seed_offset(torch.default_generator) == (3, 16)
+    cpu.set_seed_offset(torch.default_generator, 3, 8)
+    assert torch.equal(torch.rand(4, 2), local), "the shard drew from (seed, offset + start)"
+
+
+def test_via_default_draws_from_the_default_generator_at_the_user_position(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.OffsetTracker(cpu)
+    user = torch.Generator()
+    cpu.set_seed_offset(user, 11, 100)
+    cpu.set_seed_offset(torch.default_generator, 2, 0)
+    default_state = torch.get_rng_state()
+    with tracker.region(SPEC, user, via_default=True) as generator:
+        assert generator is torch.default_generator
+        assert cpu.get_seed_offset(generator) == (11, 108)
+        drawn = torch.rand(4, 2)  # an op that cannot take a generator
+    assert torch.equal(torch.get_rng_state(), default_state), "the default comes back exactly"
+    assert cpu.get_seed_offset(user) == (11, 116)
+    cpu.set_seed_offset(user, 11, 108)
+    assert torch.equal(torch.rand(4, 2, generator=user), drawn)
+
+
+def test_regions_on_one_generator_do_not_nest(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.OffsetTracker(cpu)
+    cpu.set_seed_offset(torch.default_generator, 1, 0)
+    with tracker.region(SPEC):
+        with pytest.raises(RuntimeError, match="do not nest"), tracker.region(SPEC):
+            pass  # pragma: no cover - never entered
+        with tracker.region(SPEC, torch.Generator()):  # another generator is fine
+            pass
+    assert cpu.get_seed_offset(torch.default_generator) == (1, 16)
+    with tracker.region(SPEC):  # and the guard is released afterwards
+        pass
+
+
+def test_region_refuses_to_pass_the_offset_limit(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.OffsetTracker(cpu)
+    cpu.set_seed_offset(torch.default_generator, 1, 2**63 - 8)
+    with pytest.raises(hwrng.InvalidOffsetError, match="would pass 2\\*\\*63"), tracker.region(SPEC):
+        pass  # pragma: no cover - never entered
+    assert cpu.get_seed_offset(torch.default_generator) == (1, 2**63 - 8)
+
+
+def test_region_input_checks(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.OffsetTracker(cpu)
+    with pytest.raises(TypeError, match="needs a ShardSpec"), tracker.region((8, 2)):  # type: ignore[arg-type]
+        pass  # pragma: no cover - never entered
+    with pytest.raises(hwrng.InvalidDeviceError), tracker.region(SPEC, "gen"):  # type: ignore[arg-type]
+        pass  # pragma: no cover - never entered
+    with pytest.raises(hwrng.InvalidDeviceError):
+        hwrng.OffsetTracker(cpu, device=1)
+    assert hwrng.OffsetTracker(cpu, device="cpu").device == 0
+
+
+def test_two_consecutive_ops_share_no_values(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.OffsetTracker(cpu)
+    replicated = hwrng.ShardSpec((16,), (2,), (Replicate(),), (0,))
+    cpu.set_seed_offset(torch.default_generator, 9, 0)
+    with tracker.region(replicated):
+        first = torch.rand(16)
+    with tracker.region(replicated):
+        second = torch.rand(16)
+    assert not set(first.tolist()) & set(second.tolist())

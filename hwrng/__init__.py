@@ -50,6 +50,7 @@ def __getattr__(name: str) -> object:
         return importlib.import_module(f"hwrng.{name}")
     raise AttributeError(f"module 'hwrng' has no attribute {name!r}")
 
+
 __all__ = [
     "AmbiguousBackendError",
     "BackendError",

@@ -21,7 +21,9 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     """Lay ``rows`` out under ``headers`` in left-aligned columns."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -75,7 +77,9 @@ def _parse_mesh(text: str) -> dict[str, int]:
         try:
             mesh[name] = int(size)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"size of {name!r} is not an integer: {size!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"size of {name!r} is not an integer: {size!r}"
+            ) from None
     return mesh
 
 
@@ -90,8 +94,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     shape = [mesh[n] for n in names]
     world = len(seeds)
     if args.json:
-        print(json.dumps({"seed": args.seed, "mesh": mesh, "sharded": args.sharded,
-                          "seeds": [int(s) for s in seeds]}))
+        print(
+            json.dumps(
+                {
+                    "seed": args.seed,
+                    "mesh": mesh,
+                    "sharded": args.sharded,
+                    "seeds": [int(s) for s in seeds],
+                }
+            )
+        )
         return 0
     limit = world if args.limit == 0 else min(args.limit, world)
     coordinates = np.array(np.unravel_index(np.arange(limit), shape)).T
@@ -132,10 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     backends.set_defaults(func=_cmd_backends)
 
     plan = commands.add_parser("plan", help="print the seed of every rank of a mesh")
-    plan.add_argument("--mesh", type=_parse_mesh, required=True, help="dims and sizes: dp=2,pp=2,tp=2")
-    plan.add_argument("--sharded", type=_parse_dims, default=[], help="sharded dims, slowest first: pp,tp")
+    plan.add_argument(
+        "--mesh", type=_parse_mesh, required=True, help="dims and sizes: dp=2,pp=2,tp=2"
+    )
+    plan.add_argument(
+        "--sharded", type=_parse_dims, default=[], help="sharded dims, slowest first: pp,tp"
+    )
     plan.add_argument("--seed", type=int, required=True, help="the job's seed, in [0, 2**64)")
-    plan.add_argument("--limit", type=int, default=1024, help="print at most this many ranks (0: all)")
+    plan.add_argument(
+        "--limit", type=int, default=1024, help="print at most this many ranks (0: all)"
+    )
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plan.set_defaults(func=_cmd_plan)
 
@@ -143,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
         "conformance", help="run the conformance suite against a backend on this machine"
     )
     conformance.add_argument(
-        "--backend", action="append", metavar="NAME",
+        "--backend",
+        action="append",
+        metavar="NAME",
         help="backend to check (repeatable; default: every available backend)",
     )
     conformance.add_argument(

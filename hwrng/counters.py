@@ -126,7 +126,11 @@ _MT_KEY_END = _MT_KEY_START + 8 * _MT_WORDS
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
+_SHIFTS = tuple(np.uint64(shift) for shift in (30, 27, 32))
 _WORD_STEPS = np.arange(1, _MT_WORDS + 1, dtype=np.uint64) * _GOLDEN
+_TEMPLATE = np.zeros(_MT_STATE_BYTES, dtype=np.uint8)
+_TEMPLATE[8:16].view(np.int32)[:] = (1, 1)  # left = 1 (twist before the first draw), seeded
+_FINGERPRINT_BYTES = 128  # header and the first key words: enough to tell positioned states apart
 
 
 def _splitmix_finalise(z: int) -> int:
@@ -135,21 +139,28 @@ def _splitmix_finalise(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def _keyed_words(seed: int, offset: int) -> np.ndarray:
-    """624 well-mixed 32-bit words keyed by the full 64-bit seed and the offset.
+def _fill_keyed_words(words: np.ndarray, seed: int, offset: int) -> None:
+    """Fill ``words`` (624 uint64) with 32-bit words keyed by all 64 bits of seed and offset.
 
-    SplitMix64 over a counter starting at a base that mixes both inputs: the
-    Mersenne Twister only needs a non-degenerate start, and this costs a few
-    microseconds where ``numpy.random.SeedSequence`` costs ~75.
+    SplitMix64 over a counter whose start mixes both inputs (the last
+    xor-shift is left out: it changes only the lowest of the 32 bits kept).
+    The Mersenne Twister only needs a non-degenerate start, and this costs a
+    few microseconds where ``numpy.random.SeedSequence`` costs ~75; it works
+    in place to keep NumPy's per-call overhead down.
     """
     base = _splitmix_finalise(seed ^ 0x68776E672D6370) ^ _splitmix_finalise(
         (offset + 0x243F6A8885A308D3) & _U64
     )
-    z = _WORD_STEPS + np.uint64(base)
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    z ^= z >> np.uint64(31)
-    return z >> np.uint64(32)
+    shift30, shift27, shift32 = _SHIFTS
+    scratch = np.empty(_MT_WORDS, dtype=np.uint64)
+    np.add(_WORD_STEPS, np.uint64(base), out=words)
+    np.right_shift(words, shift30, out=scratch)
+    np.bitwise_xor(words, scratch, out=words)
+    np.multiply(words, _MIX1, out=words)
+    np.right_shift(words, shift27, out=scratch)
+    np.bitwise_xor(words, scratch, out=words)
+    np.multiply(words, _MIX2, out=words)
+    np.right_shift(words, shift32, out=words)
 
 
 def mersenne_state(seed: int, offset: int) -> torch.Tensor:
@@ -165,20 +176,19 @@ def mersenne_state(seed: int, offset: int) -> torch.Tensor:
         scratch = torch.Generator()
         scratch.manual_seed(seed)
         return scratch.get_state()
-    raw = np.zeros(_MT_STATE_BYTES, dtype=np.uint8)
+    raw = _TEMPLATE.copy()
     raw[0:8].view(np.uint64)[0] = seed
-    raw[8:16].view(np.int32)[:] = (1, 1)  # left = 1 (twist before the first draw), seeded
-    raw[_MT_KEY_START:_MT_KEY_END].view(np.uint64)[:] = _keyed_words(seed, offset)
+    _fill_keyed_words(raw[_MT_KEY_START:_MT_KEY_END].view(np.uint64), seed, offset)
     return torch.from_numpy(raw)
 
 
-def _fingerprint(state: torch.Tensor) -> int:
-    return hash(state.numpy().tobytes())
+def _fingerprint(raw: bytes) -> int:
+    return hash(raw[:_FINGERPRINT_BYTES])
 
 
 @functools.lru_cache(maxsize=256)
-def _fresh_fingerprint(seed: int) -> int:
-    return _fingerprint(mersenne_state(seed, 0))
+def _fresh_state(seed: int) -> bytes:
+    return mersenne_state(seed, 0).numpy().tobytes()
 
 
 class MersenneCounter(CounterView):
@@ -212,8 +222,10 @@ class MersenneCounter(CounterView):
         if history < 1:
             raise ValueError(f"history must be >= 1, got {history}")
         self._history = history
-        self._positions: OrderedDict[int, tuple[int, int, torch.Tensor]] = OrderedDict()
+        # states are kept as bytes: comparing them is a memcmp, far cheaper than torch.equal
+        self._positions: OrderedDict[int, tuple[int, int, bytes]] = OrderedDict()
         self._highest: OrderedDict[int, int] = OrderedDict()
+        self._last: tuple[int, int, bytes] | None = None
 
     def read(self, generator: torch.Generator) -> tuple[int, int]:
         """Return the ``(seed, offset)`` the generator sits at (see the class notes)."""
@@ -223,15 +235,15 @@ class MersenneCounter(CounterView):
                 f"expected a {_MT_STATE_BYTES}-byte Mersenne-Twister state, "
                 f"got {state.numel()} bytes from the {generator.device} generator"
             )
-        fingerprint = _fingerprint(state)
-        known = self._positions.get(fingerprint)
-        if known is not None and torch.equal(known[2], state):
-            self._positions.move_to_end(fingerprint)
+        raw = state.numpy().tobytes()
+        last = self._last
+        if last is not None and last[2] == raw:
+            return last[0], last[1]
+        known = self._positions.get(_fingerprint(raw))
+        if known is not None and known[2] == raw:
             return known[0], known[1]
         seed = generator.initial_seed() & _U64
-        if fingerprint == _fresh_fingerprint(seed) and torch.equal(
-            state, mersenne_state(seed, 0)
-        ):
+        if raw == _fresh_state(seed):
             return seed, 0
         return seed, self._highest.get(seed, 0) + 4
 
@@ -239,8 +251,12 @@ class MersenneCounter(CounterView):
         """Put the generator in the state assigned to ``(seed, offset)``."""
         state = mersenne_state(seed, offset)
         generator.set_state(state)
-        _remember(self._positions, _fingerprint(state), (seed, offset, state), self._history)
-        _remember(self._highest, seed, max(offset, self._highest.get(seed, 0)), self._history)
+        raw = state.numpy().tobytes()
+        position = (seed, offset, raw)
+        self._last = position
+        _remember(self._positions, _fingerprint(raw), position, self._history)
+        if offset > self._highest.get(seed, -1):
+            _remember(self._highest, seed, offset, self._history)
 
 
 def _remember(memory: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> None:

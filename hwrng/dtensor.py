@@ -54,8 +54,7 @@ def _hook_module() -> ModuleType:
     found = torch.__version__
     if _torch_version() < MIN_TORCH:
         raise DTensorHookError(
-            f"hwrng's DTensor adapter needs torch >= {'.'.join(map(str, MIN_TORCH))}, "
-            f"found {found}"
+            f"hwrng's DTensor adapter needs torch >= {'.'.join(map(str, MIN_TORCH))}, found {found}"
         )
     try:
         from torch.distributed.tensor import _random
@@ -64,7 +63,9 @@ def _hook_module() -> ModuleType:
             f"torch {found} has no torch.distributed.tensor._random: {error}"
         ) from error
     problems = [
-        f"no {name}" for name in ("_rng_tracker", "OffsetBasedRNGTracker") if not hasattr(_random, name)
+        f"no {name}"
+        for name in ("_rng_tracker", "OffsetBasedRNGTracker")
+        if not hasattr(_random, name)
     ]
     base = getattr(_random, "OffsetBasedRNGTracker", None)
     if base is not None:
@@ -87,7 +88,7 @@ def _hook_module() -> ModuleType:
 
 @functools.cache
 def _tracker_class(base: type[Any]) -> type[Any]:
-    class HwrngDTensorTracker(base):  # type: ignore[valid-type, misc]
+    class HwrngDTensorTracker(base):  # type: ignore[misc]
         """DTensor's RNG tracker, answered by hwrng's OffsetTracker."""
 
         def __init__(self, platform: Platform) -> None:
@@ -149,8 +150,8 @@ def install(platform: Platform | str | None = None) -> None:
     module = _hook_module()
     tracker = _tracker_class(module.OffsetBasedRNGTracker)(resolved)
     if _previous is _NOT_INSTALLED:
-        _previous = module._rng_tracker
-    module._rng_tracker = tracker
+        _previous = getattr(module, "_rng_tracker")  # noqa: B009 - private, invisible to mypy
+    setattr(module, "_rng_tracker", tracker)  # noqa: B010 - private, invisible to mypy
 
 
 def uninstall() -> bool:
@@ -167,7 +168,7 @@ def uninstall() -> bool:
         return False
     from torch.distributed.tensor import _random
 
-    _random._rng_tracker = _previous
+    setattr(_random, "_rng_tracker", _previous)  # noqa: B010 - a private attribute mypy cannot see
     _previous = _NOT_INSTALLED
     return True
 
@@ -178,5 +179,5 @@ def installed_platform() -> Platform | None:
         return None
     from torch.distributed.tensor import _random
 
-    platform = getattr(_random._rng_tracker, "hwrng_platform", None)
+    platform = getattr(getattr(_random, "_rng_tracker", None), "hwrng_platform", None)
     return platform if isinstance(platform, Platform) else None

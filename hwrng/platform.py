@@ -153,9 +153,10 @@ class Platform(abc.ABC):
                     f"device {device!r} is a {parsed.type} device; the {self.name} platform "
                     f"manages {self.device_type} devices"
                 )
-            if parsed.index is None:
+            parsed_index: int | None = parsed.index  # None for "cuda" without an index
+            if parsed_index is None:
                 return self.current_device()
-            index = parsed.index
+            index = parsed_index
         count = self.device_count()
         if not 0 <= index < count:
             raise InvalidDeviceError(
@@ -220,9 +221,7 @@ class Platform(abc.ABC):
             If it is not a :class:`torch.Generator` on this platform's device type.
         """
         if not isinstance(generator, torch.Generator):
-            raise InvalidDeviceError(
-                f"expected a torch.Generator, got {type(generator).__name__}"
-            )
+            raise InvalidDeviceError(f"expected a torch.Generator, got {type(generator).__name__}")
         if generator.device.type != self.device_type:
             raise InvalidDeviceError(
                 f"a generator on {generator.device} does not belong to the {self.name} "
@@ -368,12 +367,21 @@ class DeviceModulePlatform(Platform):
                     self.name, f"importing {extension} failed: {type(error).__name__}: {error}"
                 ) from error
         try:
-            module = torch.get_device_module(self.name)
+            module = self.find_device_module()
         except RuntimeError as error:
             raise BackendUnavailableError(
                 self.name, f"torch has no device module for {self.name!r}: {error}"
             ) from error
         self._module = module
+        return module
+
+    def find_device_module(self) -> ModuleType:
+        """Return the device module, once :attr:`extension_module` is imported.
+
+        By default ``torch.get_device_module(self.name)``; a software device
+        that is not a torch device type returns its own module.
+        """
+        module: ModuleType = torch.get_device_module(self.name)
         return module
 
     def unavailable_reason(self) -> str | None:

@@ -164,8 +164,13 @@ def megatron_manual_seed(
         The seeds used.
     """
     seeds = megatron_seeds(
-        seed, pp_rank=pp_rank, tp_rank=tp_rank, dp_rank=dp_rank, ep_rank=ep_rank,
-        etp_rank=etp_rank, data_parallel_random_init=data_parallel_random_init,
+        seed,
+        pp_rank=pp_rank,
+        tp_rank=tp_rank,
+        dp_rank=dp_rank,
+        ep_rank=ep_rank,
+        etp_rank=etp_rank,
+        data_parallel_random_init=data_parallel_random_init,
     )
     resolved = resolve_platform(platform)
     target = tracker if tracker is not None else get_rng_tracker(resolved)
@@ -246,7 +251,10 @@ def slapo_set_random_seed(
         :attr:`SlapoSeeds.seed`, as slapo returns it.
     """
     seeds = slapo_seeds(
-        seed, dp_rank=dp_rank, pp_rank=pp_rank, tp_rank=tp_rank,
+        seed,
+        dp_rank=dp_rank,
+        pp_rank=pp_rank,
+        tp_rank=tp_rank,
         always_enable_tp_seed=always_enable_tp_seed,
     )
     resolved = resolve_platform(platform)
@@ -289,10 +297,8 @@ def d9d_set_seeds(
     return manual_seed(seed, mesh, sharded_dims=[distinct_seed_mesh_dim], platform=platform)
 
 
-def torchtitan_seed(
-    seed: int, local_ranks: Sequence[int], sizes: Sequence[int]
-) -> int:
-    """torchtitan's seed of a rank over its ``distinct_seed_mesh_dims``. Pure.
+def torchtitan_seed(seed: int, local_ranks: Sequence[int], sizes: Sequence[int]) -> int:
+    """Torchtitan's seed of a rank over its ``distinct_seed_mesh_dims``. Pure.
 
     ``seed + sum(local_rank[i] * prod(sizes[:i]))``: the *first* listed dim
     varies fastest, the opposite of the RFC and of :func:`hwrng.rank_seed`.
@@ -329,6 +335,9 @@ def torchtitan_set_seed(
             f"distinct_seed_mesh_dims must be a sequence such as [{distinct_seed_mesh_dims!r}]"
         )
     return manual_seed(
-        seed, mesh, sharded_dims=list(reversed(distinct_seed_mesh_dims)),
-        platform=platform, deterministic=deterministic,
+        seed,
+        mesh,
+        sharded_dims=list(reversed(distinct_seed_mesh_dims)),
+        platform=platform,
+        deterministic=deterministic,
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -250,12 +251,12 @@ class Registry:
         chosen = name or self._pm.get_canonical_name(plugin)
         if self._pm.has_plugin(chosen):
             raise ValueError(f"a hwrng plugin named {chosen!r} is already registered")
-        registered = self._pm.register(plugin, name=chosen)
-        assert registered is not None
         try:
+            self._pm.register(plugin, name=chosen)
             self._pm.check_pending()
-        except Exception:
-            self._pm.unregister(name=chosen)
+        except Exception:  # leave nothing half-registered behind
+            if self._pm.has_plugin(chosen):
+                self._pm.unregister(name=chosen)
             raise
         self._origins[chosen] = (None, None)
         self._cache = None
@@ -306,7 +307,12 @@ class Registry:
         for impl in self._pm.hook.hwrng_platforms.get_hookimpls():
             distribution, version = self._origins.get(impl.plugin_name, (None, None))
             try:
-                platforms = list(impl.function())
+                answer = impl.function()
+                if not isinstance(answer, Iterable) or isinstance(answer, (str, Platform)):
+                    raise TypeError(
+                        f"hwrng_platforms() must return a sequence of platforms, got {answer!r}"
+                    )
+                platforms = list(answer)
                 for candidate in platforms:
                     if not isinstance(candidate, Platform):
                         raise TypeError(
@@ -316,10 +322,13 @@ class Registry:
                         raise TypeError(f"{candidate!r} has no string 'name'")
             except Exception as error:  # a plugin's hook may fail in any way
                 broken.append(
-                    BrokenPlugin(impl.plugin_name, "hook", _error_text(error), distribution, version)
+                    BrokenPlugin(
+                        impl.plugin_name, "hook", _error_text(error), distribution, version
+                    )
                 )
                 continue
             for platform in platforms:
+                assert isinstance(platform, Platform)  # checked above
                 provided.setdefault(platform.name, []).append(
                     _Provided(platform, impl.plugin_name, distribution, version)
                 )
@@ -414,6 +423,7 @@ class Registry:
         for name, providers in sorted(provided.items()):
             for entry in providers:
                 platform = entry.platform
+                reason: str | None
                 if len(providers) > 1:
                     others = [p.describe() for p in providers if p is not entry]
                     status, reason = "conflict", "also provided by " + ", ".join(others)
@@ -484,7 +494,10 @@ def get_platform(device_type: str | torch.device | None = None) -> Platform:
 
 
 def list_platforms() -> list[PlatformInfo]:
-    """Describe every registered platform and broken plugin (see :meth:`Registry.list_platforms`)."""
+    """Describe every registered platform and broken plugin.
+
+    See :meth:`Registry.list_platforms`.
+    """
     return default_registry().list_platforms()
 
 

@@ -223,7 +223,8 @@ def seed_plan(
         stride = math.prod(sizes[n] for n in names[names.index(name) + 1 :])
         position = (ranks // np.uint64(stride)) % np.uint64(sizes[name])
         index = index * np.uint64(sizes[name]) + position
-    return index + np.uint64(value)  # uint64 arithmetic wraps modulo 2**64
+    seeds: np.ndarray = index + np.uint64(value)  # uint64 arithmetic wraps modulo 2**64
+    return seeds
 
 
 def _mesh_index(mesh: Any, dims: tuple[str, ...]) -> int:
@@ -254,8 +255,9 @@ def _mesh_index(mesh: Any, dims: tuple[str, ...]) -> int:
 def _groups_index(groups: Sequence[dist.ProcessGroup]) -> int:
     import torch.distributed as dist
 
-    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
-        raise MeshError(f"groups must be a list of ProcessGroups, got {type(groups).__name__}")
+    given: object = groups
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+        raise MeshError(f"groups must be a list of ProcessGroups, got {type(given).__name__}")
     if not (dist.is_available() and dist.is_initialized()):
         raise MeshError("groups need torch.distributed to be initialised")
     index = 0
@@ -373,7 +375,9 @@ def manual_seed(
         index = _mesh_index(mesh, dims)
     elif groups is not None:
         if dims:
-            raise MeshError("sharded_dims name dims of a mesh; with groups, the groups are the dims")
+            raise MeshError(
+                "sharded_dims name dims of a mesh; with groups, the groups are the dims"
+            )
         index = _groups_index(groups)
     else:
         if dims:

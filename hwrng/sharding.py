@@ -157,7 +157,9 @@ class ShardSpec:
             if found is None:
                 raise MeshError("this rank is not part of the DTensor's mesh")
             coordinate = found
-        return cls(tuple(spec.shape), tuple(spec.mesh.shape), tuple(spec.placements), coordinate)
+        return cls(
+            tuple(spec.shape), tuple(spec.mesh.shape), tuple(spec.placements), tuple(coordinate)
+        )
 
     @property
     def numel(self) -> int:
@@ -171,7 +173,7 @@ class ShardSpec:
 
     @property
     def shard_index(self) -> int:
-        """This coordinate's shard, numbered row-major over tensor dims."""
+        """The index of this coordinate's shard, numbered row-major over tensor dims."""
         index = 0
         for position, count in zip(self._shard_position(), self._shards_per_dim(), strict=True):
             index = index * count + position

@@ -57,9 +57,7 @@ class RNGStatesTracker:
     ...     mask = torch.rand(4) > 0.5  # drawn from the named stream
     """
 
-    def __init__(
-        self, platform: Platform | str | None = None, device: DeviceLike = None
-    ) -> None:
+    def __init__(self, platform: Platform | str | None = None, device: DeviceLike = None) -> None:
         self.platform = resolve_platform(platform)
         self.device = None if device is None else self.platform.device_index(device)
         self._states: dict[str, torch.Tensor] = {}
@@ -132,7 +130,9 @@ class RNGStatesTracker:
                 "hwrng.presets.megatron_manual_seed first"
             )
         if name in self._forked:
-            raise RuntimeError(f"RNG state {name!r} is already forked; forks of one name do not nest")
+            raise RuntimeError(
+                f"RNG state {name!r} is already forked; forks of one name do not nest"
+            )
         generator = self._generator()
         saved = generator.get_state()
         generator.set_state(self._states[name])
@@ -162,7 +162,9 @@ class RNGStatesTracker:
             If a state is not a 1-D CPU uint8 tensor of this device's state size.
         """
         if not isinstance(states, Mapping):
-            raise TrackerError(f"states must be a mapping of name to tensor, got {type(states).__name__}")
+            raise TrackerError(
+                f"states must be a mapping of name to tensor, got {type(states).__name__}"
+            )
         if self._forked:
             raise TrackerError(f"cannot replace states while {sorted(self._forked)} are forked")
         generator = self._generator()

@@ -25,16 +25,11 @@ __all__ = ["OffsetTracker"]
 _active = threading.local()
 
 
-def _active_ids() -> set[int]:
+def _claim(*generators: torch.Generator) -> set[int]:
+    """Mark generators as inside a region of this thread; refuse one already inside."""
     ids: set[int] | None = getattr(_active, "ids", None)
     if ids is None:
         ids = _active.ids = set()
-    return ids
-
-
-@contextlib.contextmanager
-def _exclusive(*generators: torch.Generator) -> Iterator[None]:
-    ids = _active_ids()
     keys = {id(generator) for generator in generators}
     for generator in generators:
         if id(generator) in ids:
@@ -44,10 +39,11 @@ def _exclusive(*generators: torch.Generator) -> Iterator[None]:
                 "the outer op's shard ranges)"
             )
     ids.update(keys)
-    try:
-        yield
-    finally:
-        ids.difference_update(keys)
+    return keys
+
+
+def _release(keys: set[int]) -> None:
+    _active.ids.difference_update(keys)
 
 
 class OffsetTracker:
@@ -77,9 +73,7 @@ class OffsetTracker:
     ...     local = torch.rand(spec.local_shape, generator=generator)
     """
 
-    def __init__(
-        self, platform: Platform | str | None = None, device: DeviceLike = None
-    ) -> None:
+    def __init__(self, platform: Platform | str | None = None, device: DeviceLike = None) -> None:
         self.platform = resolve_platform(platform)
         self.device = None if device is None else self.platform.device_index(device)
 
@@ -139,7 +133,8 @@ class OffsetTracker:
                 f"{end} more would pass 2**63"
             )
         counter = platform.counter
-        with _exclusive(drawn, tracked):
+        claimed = _claim(drawn, tracked)
+        try:
             saved = drawn.get_state() if drawn is not tracked else None
             counter.write(drawn, seed, offset + start)
             try:
@@ -148,3 +143,5 @@ class OffsetTracker:
                 if saved is not None:
                     drawn.set_state(saved)
                 counter.write(tracked, seed, offset + end)
+        finally:
+            _release(claimed)

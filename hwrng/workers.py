@@ -62,6 +62,13 @@ def worker_seeds(base: int, rank: int, worker_id: int) -> WorkerSeeds:
     -------
     WorkerSeeds
         Independent streams for every distinct ``(base, rank, worker_id)``.
+
+    Examples
+    --------
+    >>> worker_seeds(7, rank=0, worker_id=1) == worker_seeds(7, rank=0, worker_id=1)
+    True
+    >>> worker_seeds(7, rank=0, worker_id=1) == worker_seeds(7, rank=1, worker_id=1)
+    False
     """
     for name, value in (("base", base), ("rank", rank), ("worker_id", worker_id)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -85,7 +92,9 @@ def _global_rank() -> int:
             try:
                 return int(value)
             except ValueError:
-                raise ValueError(f"environment variable {variable}={value!r} is not a rank") from None
+                raise ValueError(
+                    f"environment variable {variable}={value!r} is not a rank"
+                ) from None
     return 0
 
 

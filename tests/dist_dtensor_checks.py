@@ -48,13 +48,23 @@ def _ops() -> dict[str, Callable[[DTensor], DTensor]]:
         "uniform": lambda t: t.uniform_(),
         "normal": lambda t: t.normal_(),
         "kaiming": lambda t: torch.nn.init.kaiming_uniform_(torch.nn.Parameter(t)).data,
+        "xavier_normal": lambda t: torch.nn.init.xavier_normal_(torch.nn.Parameter(t)).data,
+        # torch 2.13 samples trunc_normal_ by rejection, looping on a per-rank test of the
+        # local values: ranks can run different numbers of random ops (see the test)
         "trunc_normal": lambda t: torch.nn.init.trunc_normal_(torch.nn.Parameter(t)).data,
         "dropout": lambda t: torch.nn.functional.dropout(t + 1, p=0.5),
     }
 
 
-def random_op(mesh_shape: list[int], codes: list[str], shape: list[int], op: str,
-              seed: int = 7, adapter: bool = True, times: int = 1) -> list[dict[str, Any]]:
+def random_op(
+    mesh_shape: list[int],
+    codes: list[str],
+    shape: list[int],
+    op: str,
+    seed: int = 7,
+    adapter: bool = True,
+    times: int = 1,
+) -> list[dict[str, Any]]:
     """Run ``op`` ``times`` times on a zero DTensor; report every result on this rank."""
     names = tuple(f"m{i}" for i in range(len(mesh_shape)))
     mesh = init_device_mesh("cpu", tuple(mesh_shape), mesh_dim_names=names)
@@ -71,7 +81,9 @@ def dtensor_rand(mesh_shape: list[int], codes: list[str], shape: list[int]) -> d
     mesh = init_device_mesh("cpu", tuple(mesh_shape))
     with _adapter(True) as platform:
         hwrng.manual_seed(3, platform="cpu")
-        tensor = torch.distributed.tensor.rand(shape, device_mesh=mesh, placements=_placements(codes))
+        tensor = torch.distributed.tensor.rand(
+            shape, device_mesh=mesh, placements=_placements(codes)
+        )
         return _report(tensor, platform, mesh)
 
 

@@ -27,8 +27,12 @@ def seed_on_mesh(seed: int, sharded: list[str]) -> list[dict[str, Any]]:
     rank_seed = hwrng.manual_seed(seed, mesh, sharded_dims=sharded, platform="cpu")
     coordinate = mesh.get_coordinate()
     assert coordinate is not None
-    mine = {"rank": dist.get_rank(), "coordinate": dict(zip(("dp", "pp", "tp"), coordinate, strict=True)),
-            "seed": rank_seed, **_draws()}
+    mine = {
+        "rank": dist.get_rank(),
+        "coordinate": dict(zip(("dp", "pp", "tp"), coordinate, strict=True)),
+        "seed": rank_seed,
+        **_draws(),
+    }
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, mine)
     return gathered
@@ -85,15 +89,21 @@ def dataloader_worker_streams(seed: int, use_hwrng: bool) -> list[dict[str, Any]
         def __getitem__(self, index: int) -> dict[str, Any]:
             info = torch.utils.data.get_worker_info()
             assert info is not None
-            return {"worker": info.id, "torch": torch.rand(1).item(),
-                    "random": random.random(), "numpy": float(np.random.rand())}
+            return {
+                "worker": info.id,
+                "torch": torch.rand(1).item(),
+                "random": random.random(),
+                "numpy": float(np.random.rand()),
+            }
 
     rank = dist.get_rank()
     hwrng.manual_seed(seed, platform="cpu")  # every rank the same: data-parallel replicas
     if rank > 1:
         return None
     loader = DataLoader(
-        Probe(), batch_size=None, num_workers=2,
+        Probe(),
+        batch_size=None,
+        num_workers=2,
         worker_init_fn=hwrng.worker_init_fn if use_hwrng else None,
         multiprocessing_context="fork",
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hwrng_cpu import CPUPlatform
 
 import hwrng
-from hwrng_cpu import CPUPlatform
 
 
 def test_identity(cpu: hwrng.Platform) -> None:
@@ -21,7 +21,9 @@ def test_identity(cpu: hwrng.Platform) -> None:
     assert repr(cpu) == "<CPUPlatform 'cpu'>"
 
 
-@pytest.mark.parametrize("device", [None, 0, "cpu", "cpu:0", torch.device("cpu"), torch.device("cpu", 0)])
+@pytest.mark.parametrize(
+    "device", [None, 0, "cpu", "cpu:0", torch.device("cpu"), torch.device("cpu", 0)]
+)
 def test_device_spellings(cpu: hwrng.Platform, device: object) -> None:
     assert cpu.device_index(device) == 0  # type: ignore[arg-type]
     assert cpu.device(device) == torch.device("cpu")  # type: ignore[arg-type]
@@ -129,16 +131,16 @@ def test_set_seed_offset_refusals_keep_state(cpu: hwrng.Platform) -> None:
 
 
 def test_generators_of_other_devices_refused(cpu: hwrng.Platform) -> None:
-    with pytest.raises(hwrng.InvalidDeviceError, match="expected a torch.Generator"):
+    with pytest.raises(hwrng.InvalidDeviceError, match=r"expected a torch\.Generator"):
         cpu.get_seed_offset(object())  # type: ignore[arg-type]
-    with pytest.raises(hwrng.InvalidDeviceError, match="expected a torch.Generator"):
+    with pytest.raises(hwrng.InvalidDeviceError, match=r"expected a torch\.Generator"):
         cpu.set_seed_offset(None, 1, 0)  # type: ignore[arg-type]
 
 
 def test_broadcast_needs_initialised_distributed(cpu: hwrng.Platform) -> None:
     with pytest.raises(RuntimeError, match="init_process_group\\('gloo'\\)"):
         cpu.broadcast(torch.zeros(2))
-    with pytest.raises(TypeError, match="needs a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"needs a torch\.Tensor"):
         cpu.broadcast([1, 2])  # type: ignore[arg-type]
 
 

@@ -48,7 +48,10 @@ def test_seed_plan_dtype_and_wrap() -> None:
 
 
 meshes = st.dictionaries(
-    st.sampled_from(["dp", "pp", "tp", "cp", "ep", "fsdp"]), st.integers(1, 4), min_size=1, max_size=4
+    st.sampled_from(["dp", "pp", "tp", "cp", "ep", "fsdp"]),
+    st.integers(1, 4),
+    min_size=1,
+    max_size=4,
 )
 
 
@@ -73,7 +76,7 @@ def test_plan_properties(case: tuple[dict[str, int], list[str], int]) -> None:
         assert 0 <= plan[rank] < 2**64
     for (i, a), (j, b) in itertools.combinations(enumerate(coords), 2):
         same_shard = all(a[d] == b[d] for d in sharded)
-        # replicas share a seed; any two shards differ (fewer than 2**64 ranks never wrap onto each other)
+        # replicas share a seed; any two shards differ (fewer than 2**64 ranks never wrap)
         assert (plan[i] == plan[j]) == same_shard
     assert len(set(plan)) == math.prod(mesh[d] for d in sharded)
 
@@ -103,7 +106,9 @@ def test_first_listed_dim_varies_slowest(case: tuple[dict[str, int], list[str], 
         ({"sizes": {"dp": 2, "pp": 0, "tp": 2}}, hwrng.MeshError, "positive integer size"),
     ],
 )
-def test_rank_seed_refusals(kwargs: dict[str, object], error: type[Exception], message: str) -> None:
+def test_rank_seed_refusals(
+    kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
     args: dict[str, object] = {
         "seed": 1,
         "coordinate": {"dp": 0, "pp": 1, "tp": 0},
@@ -133,7 +138,10 @@ def _snapshot() -> tuple[torch.Tensor, object, object, str | None]:
     )
 
 
-def _same(a: tuple[torch.Tensor, object, object, str | None], b: tuple[torch.Tensor, object, object, str | None]) -> bool:
+def _same(
+    a: tuple[torch.Tensor, object, object, str | None],
+    b: tuple[torch.Tensor, object, object, str | None],
+) -> bool:
     return bool(
         torch.equal(a[0], b[0]) and a[1] == b[1] and str(a[2]) == str(b[2]) and a[3] == b[3]
     )
@@ -161,7 +169,11 @@ def test_manual_seed_without_mesh_seeds_everything() -> None:
     assert torch.equal(got[0], torch.rand(3))
     assert got[1:] == (random.random(), np.random.rand(), "42")
     record = hwrng.last_seed()
-    assert record is not None and (record.seed, record.base_seed, record.platform) == (42, 42, "cpu")
+    assert record is not None and (record.seed, record.base_seed, record.platform) == (
+        42,
+        42,
+        "cpu",
+    )
 
 
 @pytest.mark.usefixtures("restore_global_rngs")

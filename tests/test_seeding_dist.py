@@ -6,9 +6,8 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 import dist_seeding_checks as checks
+import pytest
 from hwrng_conformance.multiproc import DistributedPool
 
 DRAWS = ("torch", "device", "random", "numpy")
@@ -74,7 +73,9 @@ def _streams(items: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[Any, ..
     return {key: tuple(values) for key, values in streams.items()}
 
 
-def test_worker_init_fn_gives_every_worker_of_every_rank_its_own_stream(pool: DistributedPool) -> None:
+def test_worker_init_fn_gives_every_worker_of_every_rank_its_own_stream(
+    pool: DistributedPool,
+) -> None:
     first = pool.run(checks.dataloader_worker_streams, 31, True)
     again = pool.run(checks.dataloader_worker_streams, 31, True)
     assert first == again, "reproducible across runs"

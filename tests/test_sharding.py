@@ -20,13 +20,19 @@ import hwrng
 from hwrng import ShardSpec, shard_offsets
 
 
-def held_indices(shape: tuple[int, ...], mesh_shape: tuple[int, ...], placements: tuple[Any, ...],
-                 coordinate: tuple[int, ...]) -> frozenset[int]:
-    """The oracle: split an index tensor as DTensor's Shard does (torch.chunk), mesh dim by mesh dim."""
+def held_indices(
+    shape: tuple[int, ...],
+    mesh_shape: tuple[int, ...],
+    placements: tuple[Any, ...],
+    coordinate: tuple[int, ...],
+) -> frozenset[int]:
+    """The oracle: split an index tensor as DTensor's Shard does (torch.chunk), dim by dim."""
     local = torch.arange(math.prod(shape)).reshape(shape)
     for placement, size, c in zip(placements, mesh_shape, coordinate, strict=True):
         if isinstance(placement, Shard):
-            pieces = torch.chunk(local, size, dim=placement.dim) if local.shape[placement.dim] else ()
+            pieces = (
+                torch.chunk(local, size, dim=placement.dim) if local.shape[placement.dim] else ()
+            )
             if c < len(pieces):
                 local = pieces[c]
             else:
@@ -37,12 +43,18 @@ def held_indices(shape: tuple[int, ...], mesh_shape: tuple[int, ...], placements
 
 
 @st.composite
-def specs(draw: st.DrawFn, max_mesh_dims: int = 3) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...]]:
+def specs(
+    draw: st.DrawFn, max_mesh_dims: int = 3
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...]]:
     ndim = draw(st.integers(1, 3))
     shape = tuple(draw(st.lists(st.integers(0, 9), min_size=ndim, max_size=ndim)))
     mesh_shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=max_mesh_dims)))
     placements = tuple(
-        draw(st.one_of(st.just(Replicate()), st.just(Partial()), st.builds(Shard, st.integers(0, ndim - 1))))
+        draw(
+            st.one_of(
+                st.just(Replicate()), st.just(Partial()), st.builds(Shard, st.integers(0, ndim - 1))
+            )
+        )
         for _ in mesh_shape
     )
     return shape, mesh_shape, placements
@@ -50,7 +62,9 @@ def specs(draw: st.DrawFn, max_mesh_dims: int = 3) -> tuple[tuple[int, ...], tup
 
 @settings(max_examples=300, deadline=None)
 @given(specs())
-def test_offsets_obey_the_rules(case: tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...]]) -> None:
+def test_offsets_obey_the_rules(
+    case: tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...]],
+) -> None:
     shape, mesh_shape, placements = case
     seen: dict[frozenset[int], int] = {}
     ranges: list[tuple[int, int]] = []
@@ -77,24 +91,28 @@ def test_offsets_obey_the_rules(case: tuple[tuple[int, ...], tuple[int, ...], tu
 
 @settings(max_examples=150, deadline=None)
 @given(specs())
-def test_local_shape_matches_torch(case: tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...]]) -> None:
+def test_local_shape_matches_torch(
+    case: tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...]],
+) -> None:
     shape, mesh_shape, placements = case
     for coordinate in itertools.product(*(range(m) for m in mesh_shape)):
-        expected, _ = _compute_local_shape_and_global_offset(shape, mesh_shape, list(coordinate), placements)
+        expected, _ = _compute_local_shape_and_global_offset(
+            shape, mesh_shape, list(coordinate), placements
+        )
         assert ShardSpec(shape, mesh_shape, placements, coordinate).local_shape == tuple(expected)
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    n=st.integers(0, 40), split=st.integers(1, 4), fsdp=st.integers(1, 4), tp=st.integers(1, 4)
-)
+@given(n=st.integers(0, 40), split=st.integers(1, 4), fsdp=st.integers(1, 4), tp=st.integers(1, 4))
 def test_strided_shard_bound_and_distinct_starts(n: int, split: int, fsdp: int, tp: int) -> None:
     """FSDP2 + TP lays one dim out with _StridedShard on the FSDP dim and Shard on the TP dim."""
     placements = (_StridedShard(0, split_factor=split), Shard(0))
     starts: dict[tuple[int, ...], int] = {}
     for coordinate in itertools.product(range(fsdp), range(tp)):
         spec = ShardSpec((n, 3), (fsdp, tp), placements, coordinate)
-        local, _ = _compute_local_shape_and_global_offset((n, 3), (fsdp, tp), list(coordinate), placements)
+        local, _ = _compute_local_shape_and_global_offset(
+            (n, 3), (fsdp, tp), list(coordinate), placements
+        )
         assert math.prod(local) <= spec.largest_shard_numel()
         assert spec.local_shape == tuple(local)
         starts[coordinate] = shard_offsets(spec)[0]
@@ -145,10 +163,16 @@ def test_shard_offsets_needs_a_spec() -> None:
 # -- torch's own arithmetic, run for real on a stand-in of a DTensorSpec ------------
 
 
-def torch_offsets(shape: tuple[int, ...], mesh_shape: tuple[int, ...], placements: tuple[Any, ...],
-                  coordinate: tuple[int, ...]) -> tuple[int, int]:
+def torch_offsets(
+    shape: tuple[int, ...],
+    mesh_shape: tuple[int, ...],
+    placements: tuple[Any, ...],
+    coordinate: tuple[int, ...],
+) -> tuple[int, int]:
     mesh = SimpleNamespace(
-        ndim=len(mesh_shape), shape=mesh_shape, size=lambda i: mesh_shape[i],
+        ndim=len(mesh_shape),
+        shape=mesh_shape,
+        size=lambda i: mesh_shape[i],
         _sym_get_coordinate=lambda i: coordinate[i],
     )
     spec = SimpleNamespace(mesh=mesh, placements=placements, shape=shape, ndim=len(shape))

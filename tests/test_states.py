@@ -49,9 +49,13 @@ def test_refusals(cpu: hwrng.Platform) -> None:
     with pytest.raises(hwrng.InvalidSeedError):
         tracker.add("a", -1)
     assert tracker.names == []
-    with pytest.raises(UnknownStateError, match="'model-parallel-rng' is not tracked \\(tracked: none\\)"):
-        with tracker.fork():
-            pass  # pragma: no cover - never entered
+    with (
+        pytest.raises(
+            UnknownStateError, match="'model-parallel-rng' is not tracked \\(tracked: none\\)"
+        ),
+        tracker.fork(),
+    ):
+        pass  # pragma: no cover - never entered
     tracker.add("a", 1)
     with tracker.fork("a"):
         with pytest.raises(RuntimeError, match="already forked"), tracker.fork("a"):

@@ -24,7 +24,9 @@ def test_region_and_after(cpu: hwrng.Platform) -> None:
     assert torch.equal(torch.rand(4, 2), local), "the shard drew from (seed, offset + start)"
 
 
-def test_via_default_draws_from_the_default_generator_at_the_user_position(cpu: hwrng.Platform) -> None:
+def test_via_default_draws_from_the_default_generator_at_the_user_position(
+    cpu: hwrng.Platform,
+) -> None:
     tracker = hwrng.OffsetTracker(cpu)
     user = torch.Generator()
     cpu.set_seed_offset(user, 11, 100)
@@ -56,7 +58,10 @@ def test_regions_on_one_generator_do_not_nest(cpu: hwrng.Platform) -> None:
 def test_region_refuses_to_pass_the_offset_limit(cpu: hwrng.Platform) -> None:
     tracker = hwrng.OffsetTracker(cpu)
     cpu.set_seed_offset(torch.default_generator, 1, 2**63 - 8)
-    with pytest.raises(hwrng.InvalidOffsetError, match="would pass 2\\*\\*63"), tracker.region(SPEC):
+    with (
+        pytest.raises(hwrng.InvalidOffsetError, match="would pass 2\\*\\*63"),
+        tracker.region(SPEC),
+    ):
         pass  # pragma: no cover - never entered
     assert cpu.get_seed_offset(torch.default_generator) == (1, 2**63 - 8)
 

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 import hwrng
+import hwrng.dtensor
 from hwrng_conformance.helpers import draw_default
 
 __all__ = ["broadcast_from_each_rank", "dtensor_random_ops", "seeded_draws"]
@@ -54,7 +55,9 @@ def seeded_draws(platform_name: str, seed: int, mesh_shape: tuple[int, int]) -> 
     }
 
 
-def dtensor_random_ops(platform_name: str, seed: int, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
+def dtensor_random_ops(
+    platform_name: str, seed: int, mesh_shape: tuple[int, ...]
+) -> dict[str, Any]:
     """Fill DTensors with random ops through hwrng's adapter; report shards and offsets."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -66,9 +69,7 @@ def dtensor_random_ops(platform_name: str, seed: int, mesh_shape: tuple[int, ...
     hwrng.dtensor.install(platform)
     try:
         platform.manual_seed(seed)
-        tensor = distribute_tensor(
-            torch.zeros(12, 3, device=platform.device()), mesh, placements
-        )
+        tensor = distribute_tensor(torch.zeros(12, 3, device=platform.device()), mesh, placements)
         tensor.uniform_()
         counter = platform.get_seed_offset(platform.generator())
     finally:

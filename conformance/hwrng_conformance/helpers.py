@@ -14,7 +14,9 @@ def draw(generator: torch.Generator, count: int = 32) -> torch.Tensor:
     return torch.rand(count, generator=generator, device=generator.device).cpu()
 
 
-def draw_default(platform: hwrng.Platform, device: int | None = None, count: int = 32) -> torch.Tensor:
+def draw_default(
+    platform: hwrng.Platform, device: int | None = None, count: int = 32
+) -> torch.Tensor:
     """Draw from the platform's default generator of ``device`` (current by default)."""
     return draw(platform.generator(device), count)
 

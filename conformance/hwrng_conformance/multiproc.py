@@ -18,6 +18,7 @@ poison later checks.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import multiprocessing
 import multiprocessing.connection
@@ -45,6 +46,7 @@ class _Failure:
 
 
 def _worker_main(
+    *,
     rank: int,
     world_size: int,
     init_file: str,
@@ -155,7 +157,15 @@ class DistributedPool:
             parent, child = context.Pipe()
             process = context.Process(
                 target=_worker_main,
-                args=(rank, self.nproc, init_file, self.backend, self.platform, self.timeout, child),
+                kwargs={
+                    "rank": rank,
+                    "world_size": self.nproc,
+                    "init_file": init_file,
+                    "backend": self.backend,
+                    "platform_name": self.platform,
+                    "timeout_s": self.timeout,
+                    "connection": child,
+                },
                 # not a daemon: a rank may start DataLoader workers of its own
                 daemon=False,
                 name=f"hwrng-rank-{rank}",
@@ -193,9 +203,7 @@ class DistributedPool:
             raise WorkerError(self._describe(f"running {name}", failures))
         return results
 
-    def _collect(
-        self, keep: Callable[[int, str, Any], None], timeout: float
-    ) -> list[_Failure]:
+    def _collect(self, keep: Callable[[int, str, Any], None], timeout: float) -> list[_Failure]:
         """Wait for one message from every rank; return the failures."""
         pending = set(range(self.nproc))
         failures: list[_Failure] = []
@@ -213,11 +221,11 @@ class DistributedPool:
             ready = multiprocessing.connection.wait(
                 [self._connections[r] for r in pending], timeout=min(remaining, 1.0)
             )
-            for connection in ready:
-                rank = self._connections.index(connection)  # type: ignore[arg-type]
+            for ready_connection in ready:
+                rank = next(r for r in pending if self._connections[r] is ready_connection)
                 pending.discard(rank)
                 try:
-                    status, payload = connection.recv()  # type: ignore[union-attr]
+                    status, payload = self._connections[rank].recv()
                 except EOFError:
                     failures.append(_Failure(rank, "the process died"))
                     continue
@@ -242,10 +250,8 @@ class DistributedPool:
     def close(self) -> None:
         """Stop the ranks (politely, then by force) and clean up."""
         for connection in self._connections:
-            try:
+            with contextlib.suppress(OSError, ValueError):  # a dead rank's pipe is closed
                 connection.send(_STOP)
-            except (OSError, ValueError):
-                pass
         for process in self._processes:
             process.join(timeout=10)
             if process.is_alive():

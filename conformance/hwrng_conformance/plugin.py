@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 DEFAULT_NPROC = 4
-_BACKENDS_KEY = pytest.StashKey[list[str]]()
+_BACKENDS_KEY: pytest.StashKey[list[str]] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -92,7 +92,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def selected_backends(config: pytest.Config) -> list[str]:
     """Return the backend names this run checks."""
-    return list(config.stash[_BACKENDS_KEY])
+    selected: list[str] = config.stash[_BACKENDS_KEY]
+    return list(selected)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -8,7 +8,6 @@ import platform as host
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ import hwrng
 from hwrng.cli import format_table
 from hwrng_conformance import plugin as conformance_plugin
 
-__all__ = ["RuleResult", "ResultCollector", "describe_device", "run_conformance"]
+__all__ = ["ResultCollector", "RuleResult", "describe_device", "run_conformance"]
 
 _INI = os.path.join(os.path.dirname(__file__), "conformance.ini")
 

@@ -50,5 +50,8 @@ def test_fork_rng_disabled_forks_nothing(platform: hwrng.Platform) -> None:
 
 
 def test_fork_rng_refuses_unknown_devices(platform: hwrng.Platform) -> None:
-    with pytest.raises(hwrng.InvalidDeviceError), hwrng.fork_rng([platform.device_count()], platform=platform):
+    with (
+        pytest.raises(hwrng.InvalidDeviceError),
+        hwrng.fork_rng([platform.device_count()], platform=platform),
+    ):
         pass  # pragma: no cover - never entered

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 import hwrng
+from hwrng.platform import DeviceLike
 from hwrng_conformance.helpers import draw_default
 
 
-def _device_spellings(platform: hwrng.Platform) -> list[object]:
+def _device_spellings(platform: hwrng.Platform) -> list[DeviceLike]:
     index = platform.current_device()
     return [None, index, platform.device(index), str(platform.device(index))]
 
@@ -48,7 +49,8 @@ def _refused_states(state: torch.Tensor) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(
-    "kind", ["one byte short", "one byte long", "int64", "float32", "two-dimensional", "not a tensor"]
+    "kind",
+    ["one byte short", "one byte long", "int64", "float32", "two-dimensional", "not a tensor"],
 )
 def test_bad_state_refused_with_old_state_intact(platform: hwrng.Platform, kind: str) -> None:
     platform.manual_seed(99)

@@ -48,7 +48,9 @@ def test_offset_tracker_user_generator(platform: hwrng.Platform) -> None:
         assert platform.get_seed_offset(user) == (5, 8 + start)
         draw(user, 4)
     assert platform.get_seed_offset(user) == (5, 8 + end)
-    assert torch.equal(platform.get_rng_state(), default_state), "the default generator is untouched"
+    assert torch.equal(platform.get_rng_state(), default_state), (
+        "the default generator is untouched"
+    )
 
 
 def test_offset_tracker_replicas_equal_shards_distinct(platform: hwrng.Platform) -> None:

@@ -1,0 +1,135 @@
+"""The hwrng command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import hwrng
+from hwrng.cli import format_table, main
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(list(args))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_backends_table(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "backends")
+    assert status == 0
+    header, rule, *rows = out.splitlines()
+    assert header.split() == [
+        "BACKEND",
+        "AVAILABLE",
+        "DEVICES",
+        "DIST",
+        "PRIORITY",
+        "PACKAGE",
+        "[PLUGIN]",
+        "WHY",
+        "NOT",
+    ]
+    assert set(rule) <= {"-", " "}
+    cpu = next(r for r in rows if r.startswith("cpu "))
+    assert cpu.split()[:5] == ["cpu", "yes", "1", "gloo", "0"]
+    assert f"hwrng {hwrng.__version__} [cpu]" in cpu
+    npu = next(r for r in rows if r.startswith("npu "))
+    assert "unavailable" in npu and "torch_npu is not installed" in npu
+    assert out.rstrip().endswith("selected: cpu")
+
+
+def test_backends_json(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "backends", "--json")
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert status == 0 and rows["cpu"]["available"] is True and rows["cuda"]["available"] is False
+
+
+RFC_PP_TP = """\
+seed 123, mesh dp=2 x pp=2 x tp=2 (8 ranks), sharded dims: pp, tp
+rank  dp  pp  tp  seed
+----  --  --  --  ----
+0     0   0   0   123
+1     0   0   1   124
+2     0   1   0   125
+3     0   1   1   126
+4     1   0   0   123
+5     1   0   1   124
+6     1   1   0   125
+7     1   1   1   126
+
+4 distinct seed(s) over 8 ranks
+ranks that differ only along dp share a seed (replicas)
+"""
+
+
+def test_plan_prints_the_rfc_table(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(
+        capsys, "plan", "--mesh", "dp=2,pp=2,tp=2", "--sharded", "pp,tp", "--seed", "123"
+    )
+    assert status == 0
+    assert out == RFC_PP_TP
+
+
+def test_plan_other_order_json_and_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(
+        capsys, "plan", "--mesh", "dp=2,pp=2,tp=2", "--sharded", "tp,pp", "--seed", "123", "--json"
+    )
+    assert status == 0 and json.loads(out)["seeds"] == [123, 125, 124, 126, 123, 125, 124, 126]
+    status, out, _ = run(
+        capsys, "plan", "--mesh", "dp=4,tp=256", "--sharded", "dp,tp", "--seed", "0", "--limit", "3"
+    )
+    assert "... 1021 more ranks (--limit 0 prints all)" in out
+    assert "1024 distinct seed(s) over 1024 ranks" in out and "every rank has its own seed" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mesh", "dp=2", "--sharded", "tp", "--seed", "1"], "'tp' not in the mesh"),
+        (["--mesh", "dp=2", "--seed", "-1"], "must be >= 0"),
+        (["--mesh", "dp=0", "--seed", "1"], "positive integer size"),
+    ],
+)
+def test_plan_errors(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    status, _, err = run(capsys, "plan", *args)
+    assert status == 2 and message in err and err.startswith("hwrng plan: error: ")
+
+
+@pytest.mark.parametrize("mesh", ["dp", "dp=two", "dp=2,dp=2", "=2"])
+def test_plan_bad_mesh_syntax(capsys: pytest.CaptureFixture[str], mesh: str) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["plan", "--mesh", mesh, "--seed", "1"])
+    assert caught.value.code == 2
+    assert "--mesh" in capsys.readouterr().err
+
+
+def test_format_table() -> None:
+    assert (
+        format_table(["a", "bb"], [[1, "x"], ["long", ""]]) == "a     bb\n----  --\n1     x\nlong"
+    )
+
+
+def test_module_entry_point_and_version() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "hwrng", "--version"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout.strip() == f"hwrng {hwrng.__version__}"
+
+
+def test_conformance_on_an_unavailable_backend_fails_clearly() -> None:
+    if hwrng.get_platform().name == "cuda":
+        pytest.skip("this machine has CUDA")
+    result = subprocess.run(
+        [sys.executable, "-m", "hwrng", "conformance", "--backend", "cuda"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert (
+        "--hwrng-backend cuda: hwrng backend 'cuda' is unavailable" in result.stdout + result.stderr
+    )

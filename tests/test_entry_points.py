@@ -1,0 +1,94 @@
+"""Real entry-point discovery: distributions written to a folder put on sys.path."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import hwrng
+from hwrng.registry import Registry
+
+GOOD_PLUGIN = """
+from typing import ClassVar
+
+import hwrng
+from hwrng_cpu import CPUPlatform
+
+
+class AcmePlatform(CPUPlatform):
+    name: ClassVar[str] = "acme"
+    priority: ClassVar[int] = -1
+
+    def unavailable_reason(self):
+        return "no Acme card in this machine"
+
+
+@hwrng.hookimpl
+def hwrng_platforms():
+    return [AcmePlatform()]
+"""
+
+
+def write_distribution(
+    root: Path, dist: str, version: str, module: str, source: str, entry_name: str
+) -> None:
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[hwrng]\n{entry_name} = {module}\n")
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    write_distribution(tmp_path, "acme-hwrng", "1.2.3", "acme_hwrng", GOOD_PLUGIN, "acme")
+    write_distribution(
+        tmp_path,
+        "broken-hwrng",
+        "0.0.1",
+        "broken_hwrng",
+        "raise ImportError('libacme.so: cannot open shared object file')\n",
+        "broken",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    return tmp_path
+
+
+def test_entry_points_are_discovered(site: Path) -> None:
+    registry = Registry()
+    assert "acme" in registry.names()
+    rows = {row.name: row for row in registry.list_platforms()}
+    acme = rows["acme"]
+    assert (acme.distribution, acme.version, acme.plugin) == ("acme-hwrng", "1.2.3", "acme")
+    assert acme.status == "unavailable" and acme.reason == "no Acme card in this machine"
+    broken = rows["broken"]
+    assert broken.broken and broken.distribution == "broken-hwrng"
+    assert "import failed: ImportError: libacme.so" in str(broken.reason)
+    assert registry.get_platform().name == "cpu", "a broken plugin stops nothing"
+    with pytest.raises(hwrng.BackendUnavailableError, match="no Acme card"):
+        registry.get_platform("acme")
+
+
+def test_cli_lists_discovered_and_broken_plugins(site: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    result = subprocess.run(
+        [sys.executable, "-m", "hwrng", "backends"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    lines = result.stdout.splitlines()
+    acme = next(line for line in lines if line.startswith("acme "))
+    assert "acme-hwrng 1.2.3 [acme]" in acme and "no Acme card in this machine" in acme
+    broken = next(line for line in lines if line.startswith("broken "))
+    assert "broken" in broken and "libacme.so" in broken
+    assert "selected: cpu" in result.stdout

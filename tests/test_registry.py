@@ -1,0 +1,239 @@
+"""The plugin registry: selection, overrides, and plugins that misbehave."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import pluggy
+import pytest
+from hwrng_cpu import CPUPlatform
+
+import hwrng
+from hwrng.registry import Registry
+
+
+class Accelerator(CPUPlatform):
+    """A platform for registry tests: the CPU's behaviour under another name."""
+
+    name: ClassVar[str] = "accel"
+    priority: ClassVar[int] = 100
+    reason: str | None = None
+
+    def unavailable_reason(self) -> str | None:
+        return self.reason
+
+
+def make(name: str, priority: int = 100, reason: str | None = None) -> Accelerator:
+    platform_type = type(
+        f"{name.title()}Platform", (Accelerator,), {"name": name, "priority": priority}
+    )
+    platform = platform_type()
+    platform.reason = reason
+    return platform
+
+
+class Plugin:
+    def __init__(self, *platforms: hwrng.Platform) -> None:
+        self.platforms = platforms
+
+    @hwrng.hookimpl
+    def hwrng_platforms(self) -> Sequence[hwrng.Platform]:
+        return self.platforms
+
+
+class RaisingPlugin:
+    @hwrng.hookimpl
+    def hwrng_platforms(self) -> Sequence[hwrng.Platform]:
+        raise RuntimeError("driver exploded")
+
+
+class WrongTypePlugin:
+    @hwrng.hookimpl
+    def hwrng_platforms(self) -> Sequence[object]:
+        return ["not a platform"]
+
+
+def registry_with(*plugins: object) -> Registry:
+    registry = Registry(entry_point_group=None)
+    for index, plugin in enumerate(plugins):
+        registry.register_plugin(plugin, name=f"p{index}")
+    return registry
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HWRNG_BACKEND", raising=False)
+    monkeypatch.delenv("HWRNG_DISABLE_PLUGINS", raising=False)
+
+
+def test_builtins_are_found_through_entry_points() -> None:
+    registry = Registry()
+    assert registry.names() == ["cpu", "cuda", "npu"]
+    rows = {row.name: row for row in registry.list_platforms()}
+    assert rows["cpu"].available and rows["cpu"].device_count == 1
+    assert (rows["cpu"].distribution, rows["cpu"].plugin) == ("hwrng", "cpu")
+    assert rows["cpu"].version == hwrng.__version__
+    assert not rows["cuda"].available and rows["cuda"].reason
+    assert rows["npu"].status == "unavailable" and "torch_npu is not installed" in str(
+        rows["npu"].reason
+    )
+    assert registry.get_platform().name == "cpu"
+
+
+def test_auto_selects_the_highest_available_priority() -> None:
+    registry = registry_with(
+        Plugin(make("low", 1), make("high", 50), make("best", 90, reason="no device"))
+    )
+    assert registry.get_platform().name == "high"
+
+
+def test_ties_are_refused() -> None:
+    registry = registry_with(Plugin(make("a", 10), make("b", 10)))
+    with pytest.raises(
+        hwrng.AmbiguousBackendError, match="a, b are all available with priority 10"
+    ):
+        registry.get_platform()
+    assert registry.get_platform("a").name == "a"
+
+
+def test_nothing_available() -> None:
+    registry = registry_with(Plugin(make("a", reason="unplugged")))
+    with pytest.raises(hwrng.BackendUnavailableError, match="a: unplugged"):
+        registry.get_platform()
+
+
+def test_names_devices_and_torch_devices() -> None:
+    registry = registry_with(Plugin(make("accel"), CPUPlatform()))
+    assert registry.get_platform("accel").name == "accel"
+    assert registry.get_platform("accel:1").name == "accel"
+    assert registry.get_platform("cpu:0").name == "cpu"
+    import torch
+
+    assert registry.get_platform(torch.device("cpu")).name == "cpu"
+    with pytest.raises(TypeError, match="must be a name"):
+        registry.get_platform(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="empty backend name"):
+        registry.get_platform(":1")
+
+
+def test_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = registry_with(Plugin(make("fast", 100), make("slow", 1)))
+    monkeypatch.setenv("HWRNG_BACKEND", "slow")
+    assert registry.get_platform().name == "slow"
+    assert registry.get_platform("fast").name == "fast", "an explicit name wins over the variable"
+    monkeypatch.setenv("HWRNG_BACKEND", "missing")
+    with pytest.raises(hwrng.BackendNotFoundError, match="'missing'"):
+        registry.get_platform()
+
+
+def test_unknown_name_lists_the_known_ones() -> None:
+    registry = registry_with(Plugin(make("x"), make("y")))
+    with pytest.raises(hwrng.BackendNotFoundError) as caught:
+        registry.get_platform("z")
+    assert caught.value.known == ["x", "y"]
+    assert "known backends: x, y" in str(caught.value)
+    assert isinstance(caught.value, LookupError)
+
+
+def test_unavailable_backend_carries_its_reason() -> None:
+    registry = registry_with(Plugin(make("x", reason="driver 999 too old")))
+    with pytest.raises(hwrng.BackendUnavailableError) as caught:
+        registry.get_platform("x")
+    assert caught.value.reason == "driver 999 too old"
+    assert "driver 999 too old" in str(caught.value)
+
+
+def test_duplicate_names_are_an_error_naming_both() -> None:
+    registry = registry_with(Plugin(make("dup")), Plugin(make("dup")), Plugin(make("solo", 1)))
+    with pytest.raises(hwrng.DuplicateBackendError) as caught:
+        registry.get_platform("dup")
+    assert caught.value.providers == ["plugin 'p0' (in-process)", "plugin 'p1' (in-process)"]
+    with pytest.raises(hwrng.DuplicateBackendError):
+        registry.get_platform()  # the duplicated name would win auto-selection
+    rows = [r for r in registry.list_platforms() if r.name == "dup"]
+    assert [r.status for r in rows] == ["conflict", "conflict"]
+    assert "also provided by plugin 'p1'" in str(rows[0].reason)
+
+
+def test_broken_hooks_are_listed_and_do_not_stop_others() -> None:
+    registry = registry_with(RaisingPlugin(), Plugin(make("ok")), WrongTypePlugin())
+    assert registry.get_platform("ok").name == "ok"
+    broken = {b.plugin: b for b in registry.broken_plugins}
+    assert broken["p0"].stage == "hook" and "driver exploded" in broken["p0"].error
+    assert "not a hwrng.Platform" in broken["p2"].error
+    rows = {r.name: r for r in registry.list_platforms()}
+    assert rows["p0"].broken and "hook failed: RuntimeError: driver exploded" in str(
+        rows["p0"].reason
+    )
+    assert rows["ok"].available
+
+
+def test_probe_that_raises_is_reported_not_raised() -> None:
+    class Exploding(Accelerator):
+        name: ClassVar[str] = "boom"
+
+        def unavailable_reason(self) -> str | None:
+            raise OSError("device node vanished")
+
+    registry = registry_with(Plugin(Exploding()))
+    row = registry.list_platforms()[0]
+    assert row.status == "unavailable" and "OSError: device node vanished" in str(row.reason)
+
+
+def test_register_and_unregister() -> None:
+    registry = Registry(entry_point_group=None)
+    plugin = Plugin(make("tmp"))
+    name = registry.register_plugin(plugin)
+    try:
+        assert registry.get_platform("tmp").name == "tmp"
+        with pytest.raises(ValueError, match="already registered"):
+            registry.register_plugin(Plugin(), name=name)
+    finally:
+        registry.unregister_plugin(plugin)
+    with pytest.raises(hwrng.BackendNotFoundError):
+        registry.get_platform("tmp")
+    with pytest.raises(ValueError, match="is not a registered"):
+        registry.unregister_plugin(plugin)
+    with pytest.raises(ValueError, match="no hwrng plugin named"):
+        registry.unregister_plugin("nothing")
+    registry.register_plugin(plugin, name="again")
+    registry.unregister_plugin("again")
+
+
+def test_register_rejects_invalid_hooks() -> None:
+    class BadSignature:
+        @hwrng.hookimpl
+        def hwrng_platforms(self, unexpected: int) -> list[hwrng.Platform]:
+            return []
+
+    class UnknownHook:
+        @hwrng.hookimpl
+        def hwrng_unknown(self) -> None:
+            return None
+
+    registry = Registry(entry_point_group=None)
+    with pytest.raises(pluggy.PluginValidationError):
+        registry.register_plugin(BadSignature())
+    with pytest.raises(pluggy.PluginValidationError):
+        registry.register_plugin(UnknownHook(), name="unknown")
+    assert registry.plugin_manager.get_plugins() == set()
+
+
+def test_process_wide_functions() -> None:
+    plugin = Plugin(make("inproc", priority=-5))
+    name = hwrng.register_plugin(plugin)
+    try:
+        assert hwrng.get_platform("inproc").name == "inproc"
+        assert any(r.name == "inproc" and r.distribution is None for r in hwrng.list_platforms())
+        assert hwrng.get_platform().name == "cpu", "a negative priority never wins"
+    finally:
+        hwrng.unregister_plugin(name)
+    assert all(r.name != "inproc" for r in hwrng.list_platforms())
+
+
+def test_disable_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HWRNG_DISABLE_PLUGINS", "npu, cuda")
+    registry = Registry()
+    assert registry.names() == ["cpu"]
+    assert registry.disabled_plugins == ["cuda", "npu"]

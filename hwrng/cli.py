@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 
 import numpy as np
 
-from hwrng.errors import HwrngError
+from hwrng.errors import HwrngError, MeshError
 from hwrng.registry import default_registry
-from hwrng.seeding import seed_plan
+from hwrng.seeding import rank_seed, seed_plan
 from hwrng.version import __version__
 
 __all__ = ["format_table", "main"]
@@ -87,41 +88,56 @@ def _parse_dims(text: str) -> list[str]:
     return [d.strip() for d in text.split(",") if d.strip()]
 
 
+#: ``hwrng plan --json`` lists every rank; past this many it refuses rather than print gigabytes.
+JSON_RANK_LIMIT = 2**22
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     mesh: dict[str, int] = args.mesh
-    seeds = seed_plan(args.seed, mesh, args.sharded)
     names = list(mesh)
-    shape = [mesh[n] for n in names]
-    world = len(seeds)
+    world = math.prod(mesh.values())
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "seed": args.seed,
-                    "mesh": mesh,
-                    "sharded": args.sharded,
-                    "seeds": [int(s) for s in seeds],
-                }
+        if world > JSON_RANK_LIMIT:
+            raise MeshError(
+                f"--json lists every rank; {world:,} ranks is more than {JSON_RANK_LIMIT:,}"
             )
-        )
+        seeds = seed_plan(args.seed, mesh, args.sharded)
+        document = {"seed": args.seed, "mesh": mesh, "sharded": args.sharded}
+        print(json.dumps({**document, "seeds": [int(s) for s in seeds]}))
         return 0
-    limit = world if args.limit == 0 else min(args.limit, world)
-    coordinates = np.array(np.unravel_index(np.arange(limit), shape)).T
-    rows = [[rank, *coordinates[rank].tolist(), int(seeds[rank])] for rank in range(limit)]
+    shown = world if args.limit == 0 else min(args.limit, world)
+    rows = []
+    for rank in range(shown):  # only the rows shown: the mesh may be far too large to list
+        position = np.unravel_index(rank, [mesh[n] for n in names])
+        coordinate = {name: int(value) for name, value in zip(names, position, strict=True)}
+        seed = rank_seed(args.seed, coordinate, mesh, args.sharded)
+        rows.append([rank, *coordinate.values(), seed])
+    if not rows:  # still check the arguments when no row is printed
+        rank_seed(args.seed, dict.fromkeys(names, 0), mesh, args.sharded)
     mesh_text = " x ".join(f"{n}={mesh[n]}" for n in names)
     sharded_text = ", ".join(args.sharded) if args.sharded else "none"
     print(f"seed {args.seed}, mesh {mesh_text} ({world} ranks), sharded dims: {sharded_text}")
     print(format_table(["rank", *names, "seed"], rows))
-    if limit < world:
-        print(f"... {world - limit} more ranks (--limit 0 prints all)")
+    if shown < world:
+        print(f"... {world - shown} more ranks (--limit 0 prints all)")
     shared = [n for n in names if n not in args.sharded]
-    distinct = len(np.unique(seeds))
+    distinct = math.prod(mesh[n] for n in args.sharded)  # exact: fewer than 2**64 ranks
     print(f"\n{distinct} distinct seed(s) over {world} ranks")
     if shared:
         print(f"ranks that differ only along {', '.join(shared)} share a seed (replicas)")
     else:
         print("every rank has its own seed")
     return 0
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _cmd_conformance(args: argparse.Namespace) -> int:
@@ -152,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--seed", type=int, required=True, help="the job's seed, in [0, 2**64)")
     plan.add_argument(
-        "--limit", type=int, default=1024, help="print at most this many ranks (0: all)"
+        "--limit", type=_non_negative, default=1024, help="print at most this many ranks (0: all)"
     )
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plan.set_defaults(func=_cmd_plan)

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import abc
 import functools
-from collections import OrderedDict
-from typing import Any
+import hashlib
 
 import numpy as np
 import torch
 
 from hwrng.errors import InvalidStateError
+from hwrng.validation import MAX_OFFSET
 
 __all__ = ["CounterView", "MersenneCounter", "PhiloxCounter"]
 
@@ -73,15 +73,17 @@ class PhiloxCounter(CounterView):
 
     def _native(self, generator: torch.Generator) -> bool:
         device_type = generator.device.type
-        known = self._has_offset_api.get(device_type)
-        if known is None:
-            try:
-                generator.get_offset()
-                known = True
-            except (RuntimeError, NotImplementedError, AttributeError):
-                known = False
-            self._has_offset_api[device_type] = known
-        return known
+        if self._has_offset_api.get(device_type):
+            return True
+        try:
+            generator.get_offset()
+        except AttributeError:  # no such method: it will never have one
+            self._has_offset_api[device_type] = False
+            return False
+        except (RuntimeError, NotImplementedError):  # unsupported, or not now (graph capture)
+            return False
+        self._has_offset_api[device_type] = True
+        return True
 
     def _layout_state(self, generator: torch.Generator) -> torch.Tensor:
         state = generator.get_state()
@@ -122,6 +124,8 @@ _MT_WORDS = 624
 _MT_STATE_BYTES = 5056
 _MT_KEY_START = 24
 _MT_KEY_END = _MT_KEY_START + 8 * _MT_WORDS
+_MASK32 = 0xFFFFFFFF
+_DRIFT_SPAN = 2**59  # drifted states read as offsets 4 * [0, 2**59): far below 2**63
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -130,13 +134,19 @@ _SHIFTS = tuple(np.uint64(shift) for shift in (30, 27, 32))
 _WORD_STEPS = np.arange(1, _MT_WORDS + 1, dtype=np.uint64) * _GOLDEN
 _TEMPLATE = np.zeros(_MT_STATE_BYTES, dtype=np.uint8)
 _TEMPLATE[8:16].view(np.int32)[:] = (1, 1)  # left = 1 (twist before the first draw), seeded
-_FINGERPRINT_BYTES = 128  # header and the first key words: enough to tell positioned states apart
+_POSITIONED_HEADER = _TEMPLATE[8:24].tobytes()
+_POSITIONED_TAIL = _TEMPLATE[_MT_KEY_END:].tobytes()
 
 
 def _splitmix_finalise(z: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _U64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _U64
     return z ^ (z >> 31)
+
+
+def _offset_mask(seed: int) -> int:
+    """A 64-bit mask, keyed by the seed, that hides the offset in state words 1 and 2."""
+    return _splitmix_finalise(seed ^ 0x6F66667365742D6B)
 
 
 def _fill_keyed_words(words: np.ndarray, seed: int, offset: int) -> None:
@@ -171,6 +181,8 @@ def mersenne_state(seed: int, offset: int) -> torch.Tensor:
     ``torch.manual_seed(1)`` and ``torch.manual_seed(1 + 2**32)`` draw the same
     numbers); every other pair gets a Mersenne-Twister key derived from all 64
     bits of the seed and of the offset, so distinct pairs give distinct streams.
+    State words 1 and 2 carry the offset, masked by a key of the seed, so that
+    the pair can be read back from the state alone.
     """
     if offset == 0 and seed < 2**32:
         scratch = torch.Generator()
@@ -178,57 +190,60 @@ def mersenne_state(seed: int, offset: int) -> torch.Tensor:
         return scratch.get_state()
     raw = _TEMPLATE.copy()
     raw[0:8].view(np.uint64)[0] = seed
-    _fill_keyed_words(raw[_MT_KEY_START:_MT_KEY_END].view(np.uint64), seed, offset)
+    words = raw[_MT_KEY_START:_MT_KEY_END].view(np.uint64)
+    _fill_keyed_words(words, seed, offset)
+    mask = _offset_mask(seed)
+    words[1] = (offset & _MASK32) ^ (mask & _MASK32)
+    words[2] = (offset >> 32) ^ (mask >> 32)
     return torch.from_numpy(raw)
 
 
-def _fingerprint(raw: bytes) -> int:
-    return hash(raw[:_FINGERPRINT_BYTES])
+def _decode(raw: bytes, seed: int) -> int | None:
+    """The offset of a state :func:`mersenne_state` made for ``seed``, else ``None``."""
+    if raw[8:24] != _POSITIONED_HEADER or raw[_MT_KEY_END:] != _POSITIONED_TAIL:
+        return None  # it has drawn (or holds a cached normal): not a positioned state
+    words = np.frombuffer(raw, dtype=np.uint64, count=3, offset=_MT_KEY_START)
+    mask = _offset_mask(seed)
+    offset = (int(words[1]) ^ (mask & _MASK32)) | (int(words[2]) ^ (mask >> 32)) << 32
+    if offset % 4 or offset > MAX_OFFSET or (offset == 0 and seed < 2**32):
+        return None
+    return offset if mersenne_state(seed, offset).numpy().tobytes() == raw else None
 
 
-@functools.lru_cache(maxsize=256)
-def _fresh_state(seed: int) -> bytes:
-    return mersenne_state(seed, 0).numpy().tobytes()
+@functools.lru_cache(maxsize=64)
+def _torch_seeded(seed: int) -> bytes:
+    """The state ``torch.manual_seed(seed)`` gives (only the low 32 bits count)."""
+    scratch = torch.Generator()
+    scratch.manual_seed(seed)
+    return scratch.get_state().numpy().tobytes()
 
 
 class MersenneCounter(CounterView):
     """Emulated counter view for generators with torch's Mersenne-Twister state.
 
     torch's CPU generator is an mt19937 with no counter (``get_offset`` raises
-    "CPU Generator does not use offset"). hwrng gives it one:
+    "CPU Generator does not use offset"). hwrng gives it one, as a pure
+    function of the generator's state -- so replicas in the same state read the
+    same pair, and a state put back by ``fork_rng``, ``set_rng_state`` or
+    activation-checkpoint recomputation reads as it did before:
 
     * ``write(g, seed, offset)`` sets ``g`` to :func:`mersenne_state`, a state
-      determined by the pair alone, and remembers the pair for that state;
-    * ``read(g)`` returns the remembered pair while ``g`` is still in a state
-      hwrng put it in (also after ``fork_rng`` or ``set_rng_state`` restored
-      one), ``(s, 0)`` right after a ``manual_seed(s)`` (torch's or hwrng's),
-      and otherwise -- when ``g`` has drawn since it was positioned -- ``(s,
-      o + 4)`` where ``o`` is the highest offset hwrng has set for seed ``s``:
-      a position never used before, just as a CUDA generator's offset
-      moves past the numbers it has drawn.
-
-    The answer depends only on the generator's state and on what hwrng did in
-    this process, so ranks that did the same things read the same pair. The
-    memory is keyed by state, not by generator object: torch hands the same
-    generator to Python as different wrapper objects (DTensor's dispatch does).
-
-    Parameters
-    ----------
-    history
-        How many positioned states, and how many seeds' highest offsets, to remember.
+      determined by the pair, from which the pair is read back exactly;
+    * ``torch.manual_seed(s)`` reads as ``(s, 0)``; for ``s >= 2**32``, whose
+      torch seeding keeps only the low 32 bits, reading moves the generator to
+      hwrng's ``(s, 0)``, keyed by all 64;
+    * a generator that has drawn since it was positioned reads as ``(s, o)``
+      with ``o`` a multiple of 4 hashed from its whole state (BLAKE2b), a
+      position no op has used in all likelihood (``o`` is drawn from 2**59
+      values), and reading moves it to that position, so that -- as on a
+      Philox generator -- the pair read determines what is drawn next.
     """
 
-    def __init__(self, history: int = 1024) -> None:
-        if history < 1:
-            raise ValueError(f"history must be >= 1, got {history}")
-        self._history = history
-        # states are kept as bytes: comparing them is a memcmp, far cheaper than torch.equal
-        self._positions: OrderedDict[int, tuple[int, int, bytes]] = OrderedDict()
-        self._highest: OrderedDict[int, int] = OrderedDict()
-        self._last: tuple[int, int, bytes] | None = None
+    def __init__(self) -> None:
+        self._last: tuple[int, int, bytes] | None = None  # a cache: the last position written
 
     def read(self, generator: torch.Generator) -> tuple[int, int]:
-        """Return the ``(seed, offset)`` the generator sits at (see the class notes)."""
+        """Return the ``(seed, offset)`` the generator draws from next (see the class notes)."""
         state = generator.get_state()
         if state.numel() != _MT_STATE_BYTES:
             raise InvalidStateError(
@@ -239,28 +254,21 @@ class MersenneCounter(CounterView):
         last = self._last
         if last is not None and last[2] == raw:
             return last[0], last[1]
-        known = self._positions.get(_fingerprint(raw))
-        if known is not None and known[2] == raw:
-            return known[0], known[1]
         seed = generator.initial_seed() & _U64
-        if raw == _fresh_state(seed):
+        offset = _decode(raw, seed)
+        if offset is not None:
+            return seed, offset
+        if raw == _torch_seeded(seed):
+            if seed >= 2**32:
+                self.write(generator, seed, 0)
             return seed, 0
-        return seed, self._highest.get(seed, 0) + 4
+        digest = hashlib.blake2b(raw, digest_size=8, person=b"hwrng-drift").digest()
+        offset = 4 * (int.from_bytes(digest, "little") % _DRIFT_SPAN)
+        self.write(generator, seed, offset)
+        return seed, offset
 
     def write(self, generator: torch.Generator, seed: int, offset: int) -> None:
         """Put the generator in the state assigned to ``(seed, offset)``."""
         state = mersenne_state(seed, offset)
         generator.set_state(state)
-        raw = state.numpy().tobytes()
-        position = (seed, offset, raw)
-        self._last = position
-        _remember(self._positions, _fingerprint(raw), position, self._history)
-        if offset > self._highest.get(seed, -1):
-            _remember(self._highest, seed, offset, self._history)
-
-
-def _remember(memory: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> None:
-    memory[key] = value
-    memory.move_to_end(key)
-    if len(memory) > limit:
-        memory.popitem(last=False)
+        self._last = (seed, offset, state.numpy().tobytes())

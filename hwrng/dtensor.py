@@ -34,8 +34,9 @@ from hwrng.tracker import OffsetTracker
 
 __all__ = ["MIN_TORCH", "install", "installed_platform", "uninstall"]
 
-#: The oldest torch whose DTensor RNG hook this adapter is written for.
-MIN_TORCH = (2, 5)
+#: The oldest torch whose DTensor RNG hook this adapter is written for: 2.9 is the first
+#: release whose ``_distribute_region`` takes a user's generator (pytorch/pytorch#159933).
+MIN_TORCH = (2, 9)
 
 _NOT_INSTALLED = object()
 _previous: Any = _NOT_INSTALLED

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
+from hwrng.errors import InvalidDeviceError
 from hwrng.platform import DeviceLike, Platform
 from hwrng.registry import resolve_platform
 
@@ -51,6 +52,8 @@ def fork_rng(
     >>> with hwrng.fork_rng(platform="cpu"):
     ...     _ = torch.rand(3)  # draws here do not move the generators outside
     """
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be True or False, got {enabled!r}")
     if not enabled:
         yield
         return
@@ -58,6 +61,10 @@ def fork_rng(
     if devices is None:
         indices = [resolved.current_device()]
     else:
+        if isinstance(devices, (str, torch.device)) or not isinstance(devices, Iterable):
+            raise InvalidDeviceError(
+                f"devices must be a list of devices, such as [{devices!r}], got {devices!r}"
+            )
         indices = sorted({resolved.device_index(device) for device in devices})
     cpu_state = torch.default_generator.get_state()
     # A device whose default generator is torch's CPU generator is covered by cpu_state.

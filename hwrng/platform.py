@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import importlib
 import importlib.util
+import operator
 from types import ModuleType
 from typing import Any, ClassVar, TypeAlias
 
@@ -26,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from hwrng.counters import CounterView, PhiloxCounter
-from hwrng.errors import BackendUnavailableError, InvalidDeviceError
+from hwrng.errors import BackendUnavailableError, InvalidDeviceError, InvalidStateError
 from hwrng.validation import check_offset, check_seed, check_state_tensor
 
 __all__ = ["DeviceLike", "DeviceModulePlatform", "Platform"]
@@ -141,8 +142,13 @@ class Platform(abc.ABC):
             return self.current_device()
         if isinstance(device, bool):
             raise InvalidDeviceError(f"device must be an index or a device name, not {device!r}")
-        if isinstance(device, int):
-            index = device
+        if not isinstance(device, (str, torch.device)):
+            try:
+                index = operator.index(device)
+            except TypeError:
+                raise InvalidDeviceError(
+                    f"device must be an index, a device name or a torch.device, got {device!r}"
+                ) from None
         else:
             try:
                 parsed = torch.device(device)
@@ -189,7 +195,13 @@ class Platform(abc.ABC):
         """
         generator = self.generator(device)
         expected = generator.get_state().numel()
-        generator.set_state(check_state_tensor(state, expected, str(generator.device)))
+        checked = check_state_tensor(state, expected, str(generator.device))
+        try:
+            generator.set_state(checked)
+        except RuntimeError as error:  # the generator's own checks of the contents
+            raise InvalidStateError(
+                f"RNG state for {generator.device} is not a valid state: {error}"
+            ) from None
 
     def manual_seed(self, seed: int, device: DeviceLike = None) -> None:
         """Seed the default generator of ``device`` (default: the current device).
@@ -234,7 +246,10 @@ class Platform(abc.ABC):
 
         The offset is counted in the units of a counter-based generator and is
         a multiple of 4. The same ``(seed, offset)`` always gives the same
-        draws; different offsets give different draws.
+        draws; different offsets give different draws; the answer depends only
+        on the generator's state. An emulated counter (the CPU's) may move a
+        generator that has drawn since it was positioned to the position it
+        reports, so that the pair determines the next draws there too.
         """
         return self.counter.read(self.check_generator(generator))
 

@@ -21,6 +21,7 @@ what ``torch.manual_seed`` does.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,7 +30,7 @@ from hwrng.errors import MeshError
 from hwrng.platform import Platform
 from hwrng.registry import resolve_platform
 from hwrng.seeding import manual_seed, seed_everything
-from hwrng.states import RNGStatesTracker
+from hwrng.states import RNGStatesTracker, TrackerError
 from hwrng.validation import SEED_MODULUS, check_seed
 
 if TYPE_CHECKING:
@@ -73,9 +74,29 @@ def get_rng_tracker(platform: Platform | str | None = None) -> RNGStatesTracker:
 
 
 def _rank(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise MeshError(f"{name} must be a non-negative integer, got {value!r}")
-    return value
+    if not isinstance(value, bool):
+        try:
+            index = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+        else:
+            if index >= 0:
+                return index
+    raise MeshError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def _check_tracker(tracker: RNGStatesTracker, seeds: dict[str, int]) -> None:
+    """Refuse, before anything changes, what would make filling ``tracker`` fail halfway."""
+    if tracker.forked:
+        raise TrackerError(f"cannot reseed while {sorted(tracker.forked)} are forked")
+    by_seed: dict[int, str] = {}
+    for name, seed in seeds.items():
+        if seed in by_seed:
+            raise TrackerError(
+                f"streams {by_seed[seed]!r} and {name!r} would share seed {seed}; "
+                "choose ranks or a seed that keep them apart"
+            )
+        by_seed[seed] = name
 
 
 # -- Megatron-LM -------------------------------------------------------------------
@@ -173,12 +194,18 @@ def megatron_manual_seed(
         data_parallel_random_init=data_parallel_random_init,
     )
     resolved = resolve_platform(platform)
+    resolved.require_available()
     target = tracker if tracker is not None else get_rng_tracker(resolved)
+    streams = {
+        MEGATRON_DATA_PARALLEL_RNG: seeds.data_parallel,
+        MEGATRON_MODEL_PARALLEL_RNG: seeds.tensor_parallel,
+        MEGATRON_EXPERT_PARALLEL_RNG: seeds.expert_parallel,
+    }
+    _check_tracker(target, streams)
     seed_everything(seeds.seed, resolved)
     target.reset()
-    target.add(MEGATRON_DATA_PARALLEL_RNG, seeds.data_parallel)
-    target.add(MEGATRON_MODEL_PARALLEL_RNG, seeds.tensor_parallel)
-    target.add(MEGATRON_EXPERT_PARALLEL_RNG, seeds.expert_parallel)
+    for name, stream_seed in streams.items():
+        target.add(name, stream_seed)
     return seeds
 
 
@@ -258,7 +285,10 @@ def slapo_set_random_seed(
         always_enable_tp_seed=always_enable_tp_seed,
     )
     resolved = resolve_platform(platform)
+    resolved.require_available()
     target = tracker if tracker is not None else get_rng_tracker(resolved)
+    if seeds.tensor_parallel is not None:
+        _check_tracker(target, {MEGATRON_MODEL_PARALLEL_RNG: seeds.tensor_parallel})
     seed_everything(seeds.seed, resolved)
     if seeds.tensor_parallel is not None:
         if seeds.default != seeds.seed:
@@ -307,7 +337,7 @@ def torchtitan_seed(seed: int, local_ranks: Sequence[int], sizes: Sequence[int])
         raise MeshError(f"{len(local_ranks)} local ranks for {len(sizes)} dim sizes")
     offset, stride = 0, 1
     for position, (rank, size) in enumerate(zip(local_ranks, sizes, strict=True)):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        if _rank(size, f"sizes[{position}]") < 1:
             raise MeshError(f"sizes[{position}] must be a positive integer, got {size!r}")
         if not 0 <= _rank(rank, f"local_ranks[{position}]") < size:
             raise MeshError(f"local_ranks[{position}]={rank} lies outside a dim of size {size}")
@@ -330,9 +360,12 @@ def torchtitan_set_seed(
     seeds only torch; hwrng also seeds ``random`` and NumPy, which changes
     no torch draw.
     """
-    if isinstance(distinct_seed_mesh_dims, str):
+    if isinstance(distinct_seed_mesh_dims, str) or not isinstance(
+        distinct_seed_mesh_dims, Sequence
+    ):
         raise MeshError(
-            f"distinct_seed_mesh_dims must be a sequence such as [{distinct_seed_mesh_dims!r}]"
+            "distinct_seed_mesh_dims must be an ordered sequence such as ['pp'], got "
+            f"{distinct_seed_mesh_dims!r}"
         )
     return manual_seed(
         seed,

@@ -33,6 +33,7 @@ from hwrng.errors import (
     BackendNotFoundError,
     BackendUnavailableError,
     DuplicateBackendError,
+    InvalidDeviceError,
 )
 from hwrng.platform import Platform
 
@@ -131,6 +132,25 @@ class _Provided:
     def describe(self) -> str:
         origin = f"{self.distribution} {self.version}" if self.distribution else "in-process"
         return f"plugin {self.plugin!r} ({origin})"
+
+
+def _check_platform(candidate: object) -> None:
+    """Refuse a platform whose declared attributes would break selection or listing."""
+    if not isinstance(candidate, Platform):
+        raise TypeError(f"hwrng_platforms() returned {candidate!r}, not a hwrng.Platform")
+    name = getattr(candidate, "name", None)
+    if not isinstance(name, str) or not name or ":" in name:
+        raise TypeError(f"{candidate!r} has no usable 'name' (a device type string): {name!r}")
+    if not isinstance(getattr(candidate, "dist_backend", None), str):
+        raise TypeError(f"platform {name!r} has no string 'dist_backend'")
+    priority = getattr(candidate, "priority", None)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"platform {name!r} has a priority that is not an int: {priority!r}")
+    capabilities = getattr(candidate, "capabilities", None)
+    if not isinstance(capabilities, (frozenset, set)) or not all(
+        isinstance(c, str) for c in capabilities
+    ):
+        raise TypeError(f"platform {name!r} has capabilities that are not a set of names")
 
 
 def _error_text(error: BaseException) -> str:
@@ -314,12 +334,7 @@ class Registry:
                     )
                 platforms = list(answer)
                 for candidate in platforms:
-                    if not isinstance(candidate, Platform):
-                        raise TypeError(
-                            f"hwrng_platforms() returned {candidate!r}, not a hwrng.Platform"
-                        )
-                    if not isinstance(getattr(candidate, "name", None), str):
-                        raise TypeError(f"{candidate!r} has no string 'name'")
+                    _check_platform(candidate)
             except Exception as error:  # a plugin's hook may fail in any way
                 broken.append(
                     BrokenPlugin(
@@ -368,6 +383,8 @@ class Registry:
             More than one plugin provides that name.
         AmbiguousBackendError
             Auto-selection found a tie at the highest priority.
+        InvalidDeviceError
+            A device index the platform does not have (``"cuda:7"`` with 2 GPUs).
         """
         provided, _ = self._collect()
         if device_type is None:
@@ -375,7 +392,16 @@ class Registry:
             if forced:
                 return self._named(_device_type_of(forced), provided)
             return self._auto(provided)
-        return self._named(_device_type_of(device_type), provided)
+        platform = self._named(_device_type_of(device_type), provided)
+        index = device_type.index if isinstance(device_type, torch.device) else None
+        if isinstance(device_type, str) and ":" in device_type:
+            text = device_type.split(":", 1)[1].strip()
+            if not text.isdigit():
+                raise InvalidDeviceError(f"{device_type!r} does not end in a device index")
+            index = int(text)
+        if index is not None:
+            platform.device_index(index)  # refuse "cuda:7" on a machine with fewer devices
+        return platform
 
     @staticmethod
     def _named(name: str, provided: dict[str, list[_Provided]]) -> Platform:
@@ -393,11 +419,12 @@ class Registry:
         ranked: list[tuple[int, str, list[_Provided]]] = []
         reasons: list[str] = []
         for name, providers in sorted(provided.items()):
-            usable = [p for p in providers if p.platform.is_available()]
+            probes = [(p, _safe_reason(p.platform)) for p in providers]
+            usable = [p for p, reason in probes if reason is None]
             if usable:
                 ranked.append((max(p.platform.priority for p in usable), name, providers))
             else:
-                reasons.append(f"{name}: {providers[0].platform.unavailable_reason()}")
+                reasons.append(f"{name}: {probes[0][1]}")
         if not ranked:
             raise BackendUnavailableError(
                 "auto", "no registered platform is available (" + "; ".join(reasons) + ")"

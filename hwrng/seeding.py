@@ -77,6 +77,12 @@ def _check_dim_names(sharded_dims: Sequence[str], what: str = "sharded_dims") ->
             f"{what} must be a sequence of dim names such as [{sharded_dims!r}], "
             f"not the string {sharded_dims!r}"
         )
+    if not isinstance(sharded_dims, Sequence):
+        raise MeshError(
+            f"{what} must be an ordered sequence (a list or tuple) of dim names, got "
+            f"{type(sharded_dims).__name__}: the order decides which dim varies slowest, "
+            "and a set's order differs from process to process"
+        )
     dims = tuple(sharded_dims)
     for dim in dims:
         if not isinstance(dim, str):
@@ -153,11 +159,12 @@ def rank_seed(
     _require_known(dims, list(checked_sizes))
     if not isinstance(coordinate, Mapping):
         raise MeshError(f"coordinate must map dim name to index, got {type(coordinate).__name__}")
-    index = 0
-    for name in dims:
-        if name not in coordinate:
-            raise MeshError(f"coordinate {dict(coordinate)} has no entry for sharded dim {name!r}")
-        position = coordinate[name]
+    for name, position in coordinate.items():
+        if name not in checked_sizes:
+            raise MeshError(
+                f"coordinate names dim {name!r}, which is not in the mesh "
+                f"(its dims: {', '.join(map(repr, checked_sizes))})"
+            )
         if isinstance(position, bool) or not isinstance(position, (int, np.integer)):
             raise MeshError(f"coordinate of dim {name!r} must be an integer, got {position!r}")
         if not 0 <= position < checked_sizes[name]:
@@ -165,7 +172,11 @@ def rank_seed(
                 f"coordinate {name}={position} lies outside the mesh ({name} has size "
                 f"{checked_sizes[name]})"
             )
-        index = index * checked_sizes[name] + int(position)
+    index = 0
+    for name in dims:
+        if name not in coordinate:
+            raise MeshError(f"coordinate {dict(coordinate)} has no entry for sharded dim {name!r}")
+        index = index * checked_sizes[name] + int(coordinate[name])
     return (value + index) % SEED_MODULUS
 
 
@@ -369,6 +380,8 @@ def manual_seed(
     """
     value = check_seed(seed)
     dims = _check_dim_names(sharded_dims)
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
     if mesh is not None and groups is not None:
         raise MeshError("give either mesh (with sharded_dims) or groups, not both")
     if mesh is not None:

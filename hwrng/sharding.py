@@ -65,6 +65,8 @@ def _as_int_tuple(values: Sequence[int], what: str, minimum: int) -> tuple[int, 
     if isinstance(values, (str, bytes)):
         raise MeshError(f"{what} must be a sequence of integers, got {values!r}")
     try:
+        if any(isinstance(v, bool) for v in values):
+            raise TypeError
         result = tuple(operator.index(v) for v in values)
     except TypeError:
         raise MeshError(f"{what} must be a sequence of integers, got {values!r}") from None

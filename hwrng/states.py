@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from hwrng.errors import HwrngError
+from hwrng.errors import HwrngError, InvalidStateError
 from hwrng.platform import DeviceLike, Platform
 from hwrng.registry import resolve_platform
 from hwrng.validation import check_seed, check_state_tensor
@@ -71,6 +71,11 @@ class RNGStatesTracker:
     def names(self) -> list[str]:
         """The tracked names, in the order they were added."""
         return list(self._states)
+
+    @property
+    def forked(self) -> frozenset[str]:
+        """The names whose :meth:`fork` block is running now."""
+        return frozenset(self._forked)
 
     @property
     def seeds(self) -> dict[str, int | None]:
@@ -169,11 +174,18 @@ class RNGStatesTracker:
             raise TrackerError(f"cannot replace states while {sorted(self._forked)} are forked")
         generator = self._generator()
         expected = generator.get_state().numel()
+        scratch = torch.Generator(device=generator.device)
         checked: dict[str, torch.Tensor] = {}
         for name, state in states.items():
             if not isinstance(name, str) or not name:
                 raise TrackerError(f"a state name must be a non-empty string, got {name!r}")
-            checked[name] = check_state_tensor(state, expected, f"RNG state {name!r}").clone()
+            where = f"RNG state {name!r}"
+            candidate = check_state_tensor(state, expected, where).clone()
+            try:  # the generator's own checks, on a scratch generator
+                scratch.set_state(candidate)
+            except RuntimeError as error:
+                raise InvalidStateError(f"{where} is not a valid state: {error}") from None
+            checked[name] = candidate
         self._seeds = {name: self._seeds.get(name) for name in checked}
         self._states = checked
 

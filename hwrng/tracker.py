@@ -121,6 +121,8 @@ class OffsetTracker:
         """
         if not isinstance(spec, ShardSpec):
             raise TypeError(f"region needs a ShardSpec, got {type(spec).__name__}")
+        if not isinstance(via_default, bool):
+            raise TypeError(f"via_default must be True or False, got {via_default!r}")
         platform = self.platform
         default = platform.generator(self.device)
         tracked = default if generator is None else platform.check_generator(generator)

@@ -119,4 +119,6 @@ def check_state_tensor(state: object, expected_numel: int, where: str) -> torch.
         raise InvalidStateError(
             f"RNG state for {where} must have {expected_numel} bytes, got {state.numel()}"
         )
+    if not state.is_contiguous():
+        raise InvalidStateError(f"RNG state for {where} must be contiguous (use .contiguous())")
     return state

@@ -133,3 +133,31 @@ def test_conformance_on_an_unavailable_backend_fails_clearly() -> None:
     assert (
         "--hwrng-backend cuda: hwrng backend 'cuda' is unavailable" in result.stdout + result.stderr
     )
+
+
+def test_plan_on_a_huge_mesh_lists_only_what_it_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [
+        "plan",
+        "--mesh",
+        "dp=100000,tp=100000",
+        "--sharded",
+        "tp",
+        "--seed",
+        "1",
+        "--limit",
+        "2",
+    ]
+    status, out, _ = run(capsys, *args)
+    assert status == 0
+    assert (
+        "... 9999999998 more ranks" in out
+        and "100000 distinct seed(s) over 10000000000 ranks" in out
+    )
+    status, _, err = run(capsys, "plan", "--mesh", "dp=100000,tp=100000", "--seed", "1", "--json")
+    assert status == 2 and "--json lists every rank" in err
+
+
+def test_plan_limit_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["plan", "--mesh", "dp=2", "--seed", "1", "--limit", "-1"])
+    assert caught.value.code == 2 and "must be >= 0" in capsys.readouterr().err

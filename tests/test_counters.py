@@ -56,51 +56,64 @@ def test_reads_seed_zero_after_any_manual_seed() -> None:
     generator.manual_seed(17)  # torch's own seeding, not hwrng's
     assert counter.read(generator) == (17, 0)
     counter.write(generator, 2**40, 0)
-    assert counter.read(generator) == (2**40, 0)
+    assert MersenneCounter().read(generator) == (2**40, 0)
 
 
-def test_drawing_moves_past_the_highest_position() -> None:
-    counter = MersenneCounter()
+def test_torch_seeding_of_a_large_seed_reads_zero_and_moves_to_hwrngs_keying() -> None:
     generator = torch.Generator()
-    counter.write(generator, 5, 100)
-    counter.write(generator, 5, 40)
-    draws(generator)
-    assert counter.read(generator) == (5, 104)
-    assert counter.read(generator) == (5, 104), "reading must not move anything"
-    draws(generator)
-    assert counter.read(generator) == (5, 104)
+    generator.manual_seed(2**32 + 9)  # torch keeps only the low 32 bits
+    assert MersenneCounter().read(generator) == (2**32 + 9, 0)
+    assert torch.equal(generator.get_state(), mersenne_state(2**32 + 9, 0))
 
 
-def test_drawing_after_torch_seeding_reads_offset_4() -> None:
+def test_positions_are_read_from_the_state_alone() -> None:
+    """No memory: a new counter, or a restored state, reads the exact position."""
+    generator = torch.Generator()
+    MersenneCounter().write(generator, 9, 12)
+    saved = generator.get_state()
+    MersenneCounter().write(generator, 9, 400)
+    draws(generator)
+    generator.set_state(saved)  # what fork_rng, or checkpoint recomputation, does
+    assert MersenneCounter().read(generator) == (9, 12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=seeds, count=st.integers(1, 50))
+def test_a_drawn_from_generator_reads_as_a_function_of_its_state(seed: int, count: int) -> None:
+    counter = MersenneCounter()
+    generator, replica = torch.Generator(), torch.Generator()
+    counter.write(generator, seed, 64)
+    counter.write(replica, seed, 64)
+    drawn = draws(generator, count)
+    draws(replica, count)
+    saved = generator.get_state()
+    position = counter.read(generator)
+    assert position == MersenneCounter().read(replica), "replicas read the same pair"
+    assert position[0] == seed and position[1] % 4 == 0 and position[1] < 2**61
+    generator.set_state(saved)
+    assert counter.read(generator) == position, "a restored state reads as before"
+    following = draws(generator)
+    counter.write(generator, *position)
+    assert torch.equal(draws(generator), following), "the pair determines the next draws"
+    assert not torch.equal(following[: len(drawn)], drawn[: len(following)])
+
+
+def test_reading_a_drawn_from_generator_snaps_it_to_the_position() -> None:
     counter = MersenneCounter()
     generator = torch.Generator()
     generator.manual_seed(3)
     draws(generator)
-    assert counter.read(generator) == (3, 4)
+    seed, offset = counter.read(generator)
+    assert torch.equal(generator.get_state(), mersenne_state(seed, offset))
+    assert counter.read(generator) == (seed, offset)
 
 
-def test_restored_states_are_recognised() -> None:
+def test_a_cached_normal_is_not_a_positioned_state() -> None:
     counter = MersenneCounter()
     generator = torch.Generator()
-    counter.write(generator, 9, 12)
-    saved = generator.get_state()
-    counter.write(generator, 9, 400)
-    draws(generator)
-    generator.set_state(saved)  # what fork_rng does
-    assert counter.read(generator) == (9, 12)
-
-
-def test_history_is_bounded() -> None:
-    counter = MersenneCounter(history=2)
-    generator = torch.Generator()
-    counter.write(generator, 1, 4)
-    first = generator.get_state()
     counter.write(generator, 1, 8)
-    counter.write(generator, 1, 12)
-    generator.set_state(first)  # forgotten: read as drawn-from, past the highest known
-    assert counter.read(generator) == (1, 16)
-    with pytest.raises(ValueError, match="history"):
-        MersenneCounter(history=0)
+    torch.randn(1, generator=generator)  # may leave a cached second normal sample
+    assert counter.read(generator) != (1, 8)
 
 
 def test_generators_do_not_share_positions() -> None:

@@ -56,5 +56,5 @@ def test_a_different_hook_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_an_old_torch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dtensor.torch, "__version__", "2.3.1")
-    with pytest.raises(hwrng.DTensorHookError, match=r"needs torch >= 2\.5, found 2\.3\.1"):
+    with pytest.raises(hwrng.DTensorHookError, match=r"needs torch >= 2\.9, found 2\.3\.1"):
         dtensor.install("cpu")

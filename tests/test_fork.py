@@ -28,3 +28,17 @@ def test_explicit_devices_are_checked_before_anything(cpu: hwrng.Platform) -> No
 def test_unknown_platform(cpu: hwrng.Platform) -> None:
     with pytest.raises(hwrng.BackendNotFoundError), hwrng.fork_rng(platform="nope"):
         pass  # pragma: no cover - never entered
+
+
+def test_devices_must_be_a_list_and_enabled_a_bool(cpu: hwrng.Platform) -> None:
+    for devices in ("cpu", 0, torch.device("cpu")):
+        with (
+            pytest.raises(hwrng.InvalidDeviceError, match="devices must be a list"),
+            hwrng.fork_rng(devices, platform=cpu),  # type: ignore[arg-type]
+        ):
+            pass  # pragma: no cover - never entered
+    with (
+        pytest.raises(TypeError, match="enabled must be True or False"),
+        hwrng.fork_rng(platform=cpu, enabled="false"),  # type: ignore[arg-type]
+    ):
+        pass  # pragma: no cover - never entered

@@ -158,3 +158,27 @@ def test_broadcast_single_process_group(cpu: hwrng.Platform, tmp_path: object) -
 
 def test_enable_determinism_is_a_no_op_on_cpu(cpu: hwrng.Platform) -> None:
     assert cpu.enable_determinism() == {}
+
+
+def test_invalid_contents_and_layout_refused(cpu: hwrng.Platform) -> None:
+    import numpy as np
+
+    torch.manual_seed(4)
+    state = cpu.get_rng_state()
+    corrupt = state.clone()
+    corrupt.numpy()[8:12].view(np.int32)[0] = 10_000  # "left" beyond the Mersenne block
+    with pytest.raises(hwrng.InvalidStateError, match="not a valid state"):
+        cpu.set_rng_state(corrupt)
+    strided = torch.stack([state, state], dim=1)[:, 0]
+    assert not strided.is_contiguous()
+    with pytest.raises(hwrng.InvalidStateError, match="contiguous"):
+        cpu.set_rng_state(strided)
+    assert torch.equal(cpu.get_rng_state(), state)
+
+
+def test_numpy_device_indices(cpu: hwrng.Platform) -> None:
+    import numpy as np
+
+    assert cpu.device_index(np.int64(0)) == 0
+    with pytest.raises(hwrng.InvalidDeviceError, match="an index, a device name"):
+        cpu.device_index(0.0)  # type: ignore[arg-type]

@@ -105,6 +105,25 @@ def test_preset_input_checks() -> None:
     with pytest.raises(hwrng.MeshError, match="sequence such as"):
         presets.torchtitan_set_seed(1, object(), "pp")  # type: ignore[arg-type]
     assert presets.megatron_seeds(2**64 - 1, pp_rank=1).seed == 99, "seeds wrap modulo 2**64"
+    assert presets.megatron_seeds(1, pp_rank=np.int64(2)).seed == 201, "numpy ranks are ranks"
+    with pytest.raises(hwrng.MeshError, match="ordered sequence"):
+        presets.torchtitan_set_seed(1, object(), {"pp"})  # type: ignore[arg-type]
+
+
+def test_presets_refuse_before_changing_anything() -> None:
+    from hwrng.states import TrackerError
+
+    tracker = hwrng.RNGStatesTracker("cpu")
+    tracker.add("keep", 1)
+    torch.manual_seed(3)
+    before = (torch.get_rng_state(), random.getstate())
+    # expert stream 10 + 1024 + 1600 + 94 == model stream 10 + 2718 + 0: Megatron raises halfway
+    with pytest.raises(TrackerError, match="would share seed 2728"):
+        presets.megatron_manual_seed(10, ep_rank=16, etp_rank=94, tracker=tracker, platform="cpu")
+    with tracker.fork("keep"), pytest.raises(TrackerError, match="forked"):
+        presets.slapo_set_random_seed(5, tp_rank=0, tracker=tracker, platform="cpu")
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+    assert tracker.names == ["keep"]
 
 
 def test_megatron_manual_seed_fills_the_tracker() -> None:

@@ -106,8 +106,12 @@ def test_nothing_available() -> None:
 def test_names_devices_and_torch_devices() -> None:
     registry = registry_with(Plugin(make("accel"), CPUPlatform()))
     assert registry.get_platform("accel").name == "accel"
-    assert registry.get_platform("accel:1").name == "accel"
+    assert registry.get_platform("accel:0").name == "accel"
     assert registry.get_platform("cpu:0").name == "cpu"
+    with pytest.raises(hwrng.InvalidDeviceError, match="index 1 is out of range"):
+        registry.get_platform("accel:1")
+    with pytest.raises(hwrng.InvalidDeviceError, match="does not end in a device index"):
+        registry.get_platform("accel:x")
     import torch
 
     assert registry.get_platform(torch.device("cpu")).name == "cpu"
@@ -237,3 +241,47 @@ def test_disable_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     registry = Registry()
     assert registry.names() == ["cpu"]
     assert registry.disabled_plugins == ["cuda", "npu"]
+
+
+def test_a_probe_that_raises_never_breaks_auto_selection() -> None:
+    class Exploding(Accelerator):
+        name: ClassVar[str] = "boom"
+        priority: ClassVar[int] = 1000
+
+        def unavailable_reason(self) -> str | None:
+            raise RuntimeError("probe exploded")
+
+    registry = registry_with(Plugin(Exploding(), make("ok", 10)))
+    assert registry.get_platform().name == "ok"
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value", "message"),
+    [
+        ("priority", "high", "priority that is not an int"),
+        ("priority", True, "priority that is not an int"),
+        ("dist_backend", None, "no string 'dist_backend'"),
+        ("name", "", "no usable 'name'"),
+        ("name", "a:b", "no usable 'name'"),
+        ("capabilities", ["dtensor"], "capabilities that are not a set"),
+    ],
+)
+def test_malformed_platforms_are_broken_plugins(
+    attribute: str, value: object, message: str
+) -> None:
+    bad = make("bad")
+    setattr(bad, attribute, value)
+    registry = registry_with(Plugin(bad), Plugin(make("ok", 10)))
+    assert registry.get_platform().name == "ok"
+    broken = registry.broken_plugins
+    assert len(broken) == 1 and message in broken[0].error
+
+
+def test_hook_must_return_a_sequence() -> None:
+    class ReturnsOne:
+        @hwrng.hookimpl
+        def hwrng_platforms(self) -> object:
+            return make("single")
+
+    registry = registry_with(ReturnsOne())
+    assert "must return a sequence of platforms" in registry.broken_plugins[0].error

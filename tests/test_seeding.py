@@ -101,6 +101,14 @@ def test_first_listed_dim_varies_slowest(case: tuple[dict[str, int], list[str], 
         ({"sharded_dims": ["xx"]}, hwrng.MeshError, "'xx' not in the mesh"),
         ({"sharded_dims": ["tp", "tp"]}, hwrng.MeshError, "more than once"),
         ({"sharded_dims": "tp"}, hwrng.MeshError, "not the string"),
+        ({"sharded_dims": {"pp", "tp"}}, hwrng.MeshError, "ordered sequence"),
+        ({"sharded_dims": iter(["pp"])}, hwrng.MeshError, "ordered sequence"),
+        (
+            {"coordinate": {"dp": 0, "pp": 1, "tp": 0, "ep": 0}},
+            hwrng.MeshError,
+            "'ep', which is not",
+        ),
+        ({"coordinate": {"dp": 9, "pp": 1, "tp": 0}}, hwrng.MeshError, "dp=9 lies outside"),
         ({"coordinate": {"dp": 0, "pp": 2, "tp": 0}}, hwrng.MeshError, "outside the mesh"),
         ({"coordinate": {"dp": 0, "tp": 0}}, hwrng.MeshError, "no entry for sharded dim 'pp'"),
         ({"sizes": {"dp": 2, "pp": 0, "tp": 2}}, hwrng.MeshError, "positive integer size"),
@@ -123,6 +131,8 @@ def test_rank_seed_refusals(
 def test_seed_plan_refusals() -> None:
     with pytest.raises(hwrng.MeshError, match="not in the mesh"):
         hwrng.seed_plan(1, RFC_MESH, ["ep"])
+    with pytest.raises(hwrng.MeshError, match="a set's order differs"):
+        hwrng.seed_plan(1, RFC_MESH, {"pp", "tp"})  # type: ignore[arg-type]
     with pytest.raises(hwrng.MeshError, match="mapping of dim name to size or a DeviceMesh"):
         hwrng.seed_plan(1, [2, 2], ["tp"])  # type: ignore[arg-type]
     with pytest.raises(hwrng.InvalidSeedError):
@@ -198,6 +208,8 @@ def test_manual_seed_large_seed() -> None:
         ({"mesh": {"tp": 2}}, hwrng.MeshError, "must be a torch DeviceMesh"),
         ({"groups": "nonsense"}, hwrng.MeshError, "list of ProcessGroups"),
         ({"groups": []}, hwrng.MeshError, "initialised"),
+        ({"sharded_dims": {"tp"}}, hwrng.MeshError, "ordered sequence"),
+        ({"deterministic": "no"}, TypeError, "True or False"),
         ({"platform": "nope"}, hwrng.BackendNotFoundError, "no hwrng backend named 'nope'"),
         ({"platform": "cuda"}, hwrng.BackendUnavailableError, "unavailable"),
     ],

@@ -148,6 +148,7 @@ def test_negative_shard_dims_are_normalised() -> None:
         (((4,), (2,), ("Shard(0)",), (0,)), "unsupported placement"),
         (((4,), (2,), (Shard(0),), "0"), "sequence of integers"),
         (((4,), (2,), (Shard(0),), (0.5,)), "sequence of integers"),
+        (((True,), (2,), (Shard(0),), (0,)), "sequence of integers"),
     ],
 )
 def test_bad_specs_refused(args: tuple[Any, ...], message: str) -> None:

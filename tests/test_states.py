@@ -74,3 +74,17 @@ def test_add_leaves_the_current_state(cpu: hwrng.Platform) -> None:
     state = torch.get_rng_state()
     hwrng.RNGStatesTracker(cpu).add("x", 99)
     assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_set_states_refuses_invalid_contents(cpu: hwrng.Platform) -> None:
+    import numpy as np
+
+    tracker = hwrng.RNGStatesTracker(cpu)
+    tracker.add("a", 1)
+    good = tracker.get_states()["a"]
+    corrupt = good.clone()
+    corrupt.numpy()[8:12].view(np.int32)[0] = 0
+    with pytest.raises(hwrng.InvalidStateError, match="not a valid state"):
+        tracker.set_states({"a": corrupt})
+    assert torch.equal(tracker.get_states()["a"], good)
+    assert tracker.forked == frozenset()

@@ -75,6 +75,8 @@ def test_region_input_checks(cpu: hwrng.Platform) -> None:
     with pytest.raises(hwrng.InvalidDeviceError):
         hwrng.OffsetTracker(cpu, device=1)
     assert hwrng.OffsetTracker(cpu, device="cpu").device == 0
+    with pytest.raises(TypeError, match="via_default"), tracker.region(SPEC, via_default=1):  # type: ignore[arg-type]
+        pass  # pragma: no cover - never entered
 
 
 def test_two_consecutive_ops_share_no_values(cpu: hwrng.Platform) -> None:
@@ -86,3 +88,37 @@ def test_two_consecutive_ops_share_no_values(cpu: hwrng.Platform) -> None:
     with tracker.region(replicated):
         second = torch.rand(16)
     assert not set(first.tolist()) & set(second.tolist())
+
+
+def test_activation_checkpointing_recomputes_the_same_mask(cpu: hwrng.Platform) -> None:
+    """torch.utils.checkpoint restores the CPU state for the recomputation: a tracked op
+    must read the same position and draw the same mask again, even after untracked draws."""
+    from torch.utils.checkpoint import checkpoint
+
+    tracker = hwrng.OffsetTracker(cpu)
+    spec = hwrng.ShardSpec((16,), (2,), (Shard(0),), (1,))
+    masks: list[torch.Tensor] = []
+
+    def layer(x: torch.Tensor) -> torch.Tensor:
+        torch.rand(1)  # an untracked draw first: the generator is off its position
+        with tracker.region(spec):
+            mask = (torch.rand(8) < 0.5).float()
+        masks.append(mask)
+        return x * mask
+
+    hwrng.manual_seed(0, platform=cpu)
+    x = torch.ones(8, requires_grad=True)
+    checkpoint(layer, x, use_reentrant=False).sum().backward()
+    assert len(masks) == 2
+    assert torch.equal(masks[0], masks[1])
+    assert x.grad is not None and torch.equal(x.grad, masks[0])
+
+
+def test_fork_rng_around_a_region_changes_nothing_outside(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.OffsetTracker(cpu)
+    hwrng.manual_seed(7, platform=cpu)
+    torch.rand(3)
+    before = cpu.get_seed_offset(torch.default_generator)
+    with hwrng.fork_rng(platform=cpu), tracker.region(SPEC):
+        torch.rand(4)
+    assert cpu.get_seed_offset(torch.default_generator) == before

@@ -60,22 +60,28 @@ def dtensor_random_ops(
 ) -> dict[str, Any]:
     """Fill DTensors with random ops through hwrng's adapter; report shards and offsets."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor import DTensor, Replicate, Shard
 
     platform = hwrng.get_platform(platform_name)
     names = tuple(f"m{i}" for i in range(len(mesh_shape)))
     mesh = init_device_mesh(platform.device_type, mesh_shape, mesh_dim_names=names)
     placements = [Replicate()] * (len(mesh_shape) - 1) + [Shard(0)]
+    coordinate = mesh.get_coordinate()
+    assert coordinate is not None
+    shape = torch.Size((12, 3))
+    local_shape = hwrng.ShardSpec(shape, mesh_shape, tuple(placements), coordinate).local_shape
     hwrng.dtensor.install(platform)
     try:
         platform.manual_seed(seed)
-        tensor = distribute_tensor(torch.zeros(12, 3, device=platform.device()), mesh, placements)
+        # from_local needs no collective, so the rule holds on any dist backend
+        local = torch.zeros(local_shape, device=platform.device())
+        tensor = DTensor.from_local(
+            local, mesh, placements, run_check=False, shape=shape, stride=(3, 1)
+        )
         tensor.uniform_()
         counter = platform.get_seed_offset(platform.generator())
     finally:
         hwrng.dtensor.uninstall()
-    coordinate = mesh.get_coordinate()
-    assert coordinate is not None
     return {
         "coordinate": tuple(coordinate),
         "local": tensor.to_local().cpu().tolist(),

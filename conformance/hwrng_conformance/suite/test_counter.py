@@ -42,15 +42,34 @@ def test_distinct_offsets_give_distinct_draws(platform: hwrng.Platform) -> None:
     assert all_distinct(draws)
 
 
-def test_counter_moves_past_what_was_drawn(platform: hwrng.Platform) -> None:
+def test_counter_after_drawing_names_the_next_draws(platform: hwrng.Platform) -> None:
     generator = platform.generator()
     platform.set_seed_offset(generator, 11, 64)
     drawn = draw(generator, 64)
     seed, offset = platform.get_seed_offset(generator)
     assert seed == 11
-    assert offset > 64 and offset % 4 == 0
+    assert offset % 4 == 0 and offset != 64, "drawing must move the generator off its position"
+    assert platform.get_seed_offset(generator) == (seed, offset), "reading twice reads the same"
+    following = draw(generator)
+    platform.set_seed_offset(generator, seed, offset)
+    assert torch.equal(draw(generator), following), "the pair read determines the next draws"
     platform.set_seed_offset(generator, seed, offset)
     assert not torch.equal(draw(generator, 64), drawn), "the next position must not repeat draws"
+
+
+def test_counter_survives_state_restore(platform: hwrng.Platform) -> None:
+    generator = platform.generator()
+    platform.set_seed_offset(generator, 13, 40)
+    positioned = platform.get_rng_state()
+    draw(generator)
+    platform.set_rng_state(positioned)
+    assert platform.get_seed_offset(generator) == (13, 40)
+    draw(generator, 10)
+    drifted = platform.get_rng_state()
+    position = platform.get_seed_offset(generator)
+    draw(generator)
+    platform.set_rng_state(drifted)  # as fork_rng or checkpoint recomputation does
+    assert platform.get_seed_offset(generator) == position
 
 
 def test_user_generator_counter_view(platform: hwrng.Platform) -> None:

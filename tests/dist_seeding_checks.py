@@ -108,3 +108,22 @@ def dataloader_worker_streams(seed: int, use_hwrng: bool) -> list[dict[str, Any]
         multiprocessing_context="fork",
     )
     return [{"rank": rank, **item} for item in loader]
+
+
+def mesh_refusals(seed: int) -> list[str]:
+    """Every refused call names its problem and leaves every RNG as it was."""
+    mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("dp", "pp", "tp"))
+    before = (torch.get_rng_state(), random.getstate(), np.random.get_state()[1].tolist())
+    messages = []
+    for sharded in (["ep"], ["tp", "tp"], ("pp", "pp"), {"pp", "tp"}):
+        try:
+            hwrng.manual_seed(seed, mesh, sharded_dims=sharded, platform="cpu")  # type: ignore[arg-type]
+        except hwrng.MeshError as error:
+            messages.append(str(error))
+    try:
+        hwrng.manual_seed(seed, mesh, groups=[mesh.get_group("tp")], platform="cpu")
+    except hwrng.MeshError as error:
+        messages.append(str(error))
+    after = (torch.get_rng_state(), random.getstate(), np.random.get_state()[1].tolist())
+    assert torch.equal(before[0], after[0]) and before[1:] == after[1:], "refusals touched an RNG"
+    return messages

@@ -161,3 +161,10 @@ def test_plan_limit_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit) as caught:
         main(["plan", "--mesh", "dp=2", "--seed", "1", "--limit", "-1"])
     assert caught.value.code == 2 and "must be >= 0" in capsys.readouterr().err
+
+
+def test_console_script_is_declared() -> None:
+    import importlib.metadata
+
+    scripts = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="console_scripts")}
+    assert scripts["hwrng"] == "hwrng.cli:main"

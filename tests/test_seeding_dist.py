@@ -57,6 +57,16 @@ def test_seeding_needs_no_collective(pool: DistributedPool) -> None:
     assert pool.run(checks.only_rank_zero_seeds, 5) == [5, None, None, None, None, None, None, None]
 
 
+def test_bad_mesh_arguments_are_refused_before_any_rng_changes(pool: DistributedPool) -> None:
+    results = pool.run(checks.mesh_refusals, 3)
+    assert all(r == results[0] for r in results)
+    unknown, twice, twice_tuple, unordered, both = results[0]
+    assert "'ep' not in the mesh" in unknown
+    assert "'tp' more than once" in twice and "'pp' more than once" in twice_tuple
+    assert "ordered sequence" in unordered
+    assert "not both" in both
+
+
 def test_rank_outside_the_mesh_is_refused(pool: DistributedPool) -> None:
     results = pool.run(checks.rank_outside_mesh, 9)
     assert results[:4] == ["9", "10", "9", "10"]

@@ -146,7 +146,12 @@ def run_conformance(
     for name in checked or list(backends) or ["(none)"]:
         mine = [r for r in rows if r.backend == name]
         counts = {o: sum(r.outcome == o for r in mine) for o in ("pass", "fail", "skip")}
-        verdict = "CONFORMS" if mine and counts["fail"] == 0 else "DOES NOT CONFORM"
+        if counts["fail"]:
+            verdict = "DOES NOT CONFORM"
+        elif counts["pass"]:
+            verdict = "CONFORMS"
+        else:
+            verdict = "NOT VERIFIED (no rule ran)"
         try:
             device = describe_device(hwrng.get_platform(name))
         except hwrng.HwrngError as error:

@@ -29,7 +29,7 @@ import torch
 from hwrng.errors import InvalidStateError
 from hwrng.validation import MAX_OFFSET
 
-__all__ = ["CounterView", "MersenneCounter", "PhiloxCounter"]
+__all__ = ["CounterView", "MersenneCounter", "PhiloxCounter", "mersenne_state"]
 
 _U64 = (1 << 64) - 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import dist_dtensor_checks as checks
@@ -106,6 +107,14 @@ def test_two_consecutive_ops_share_no_values(pool: DistributedPool) -> None:
 
 def test_without_the_adapter_every_cpu_shard_is_identical(pool: DistributedPool) -> None:
     """The control, i.e. torch's behaviour on a CPU mesh: no tracker, so shards repeat."""
+    import warnings
+
+    from torch.distributed.tensor._random import is_rng_supported_mesh
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if is_rng_supported_mesh(SimpleNamespace(device_type="cpu")):  # type: ignore[arg-type]
+            pytest.skip("this torch supports DTensor RNG on CPU meshes")
     results = pool.run(checks.random_op, [2, 4], ["R", "S0"], [12, 3], "uniform", adapter=False)
     locals_ = [r[0]["local"] for r in results]
     assert all(local == locals_[0] for local in locals_), "torch gives every shard the same numbers"

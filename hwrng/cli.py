@@ -105,6 +105,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         document = {"seed": args.seed, "mesh": mesh, "sharded": args.sharded}
         print(json.dumps({**document, "seeds": [int(s) for s in seeds]}))
         return 0
+    rank_seed(args.seed, dict.fromkeys(names, 0), mesh, args.sharded)  # check before printing
     shown = world if args.limit == 0 else min(args.limit, world)
     rows = []
     for rank in range(shown):  # only the rows shown: the mesh may be far too large to list
@@ -112,8 +113,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         coordinate = {name: int(value) for name, value in zip(names, position, strict=True)}
         seed = rank_seed(args.seed, coordinate, mesh, args.sharded)
         rows.append([rank, *coordinate.values(), seed])
-    if not rows:  # still check the arguments when no row is printed
-        rank_seed(args.seed, dict.fromkeys(names, 0), mesh, args.sharded)
     mesh_text = " x ".join(f"{n}={mesh[n]}" for n in names)
     sharded_text = ", ".join(args.sharded) if args.sharded else "none"
     print(f"seed {args.seed}, mesh {mesh_text} ({world} ranks), sharded dims: {sharded_text}")

@@ -185,9 +185,7 @@ def mersenne_state(seed: int, offset: int) -> torch.Tensor:
     the pair can be read back from the state alone.
     """
     if offset == 0 and seed < 2**32:
-        scratch = torch.Generator()
-        scratch.manual_seed(seed)
-        return scratch.get_state()
+        return torch.frombuffer(bytearray(_torch_seeded(seed)), dtype=torch.uint8)
     raw = _TEMPLATE.copy()
     raw[0:8].view(np.uint64)[0] = seed
     words = raw[_MT_KEY_START:_MT_KEY_END].view(np.uint64)

@@ -10,6 +10,7 @@ import torch
 from hwrng.errors import InvalidDeviceError
 from hwrng.platform import DeviceLike, Platform
 from hwrng.registry import resolve_platform
+from hwrng.validation import check_flag
 
 __all__ = ["fork_rng"]
 
@@ -52,9 +53,7 @@ def fork_rng(
     >>> with hwrng.fork_rng(platform="cpu"):
     ...     _ = torch.rand(3)  # draws here do not move the generators outside
     """
-    if not isinstance(enabled, bool):
-        raise TypeError(f"enabled must be True or False, got {enabled!r}")
-    if not enabled:
+    if not check_flag(enabled, "enabled"):
         yield
         return
     resolved = resolve_platform(platform)

@@ -27,8 +27,8 @@ import torch
 import torch.distributed as dist
 
 from hwrng.counters import CounterView, PhiloxCounter
-from hwrng.errors import BackendUnavailableError, InvalidDeviceError, InvalidStateError
-from hwrng.validation import check_offset, check_seed, check_state_tensor
+from hwrng.errors import BackendUnavailableError, InvalidDeviceError
+from hwrng.validation import apply_state, check_offset, check_seed, check_state_tensor
 
 __all__ = ["DeviceLike", "DeviceModulePlatform", "Platform"]
 
@@ -195,13 +195,8 @@ class Platform(abc.ABC):
         """
         generator = self.generator(device)
         expected = generator.get_state().numel()
-        checked = check_state_tensor(state, expected, str(generator.device))
-        try:
-            generator.set_state(checked)
-        except RuntimeError as error:  # the generator's own checks of the contents
-            raise InvalidStateError(
-                f"RNG state for {generator.device} is not a valid state: {error}"
-            ) from None
+        where = f"RNG state for {generator.device}"
+        apply_state(generator, check_state_tensor(state, expected, str(generator.device)), where)
 
     def manual_seed(self, seed: int, device: DeviceLike = None) -> None:
         """Seed the default generator of ``device`` (default: the current device).

@@ -157,17 +157,24 @@ def _error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _device_type_of(device_type: str | torch.device) -> str:
+def _parse_device(device_type: str | torch.device) -> tuple[str, int | None]:
+    """Split ``"cuda:1"`` or ``torch.device("cuda", 1)`` into ``("cuda", 1)``."""
     if isinstance(device_type, torch.device):
-        return device_type.type
-    if isinstance(device_type, str):
-        name = device_type.split(":", 1)[0].strip()
-        if name:
-            return name
+        index: int | None = device_type.index
+        return device_type.type, index
+    if not isinstance(device_type, str):
+        raise TypeError(
+            f"device_type must be a name, a torch.device or None, got {type(device_type).__name__}"
+        )
+    name, sep, text = device_type.partition(":")
+    name = name.strip()
+    if not name:
         raise ValueError(f"empty backend name {device_type!r}")
-    raise TypeError(
-        f"device_type must be a name, a torch.device or None, got {type(device_type).__name__}"
-    )
+    if not sep:
+        return name, None
+    if not text.strip().isdigit():
+        raise InvalidDeviceError(f"{device_type!r} does not end in a device index")
+    return name, int(text)
 
 
 class Registry:
@@ -390,15 +397,10 @@ class Registry:
         if device_type is None:
             forced = os.environ.get(BACKEND_ENV, "").strip()
             if forced:
-                return self._named(_device_type_of(forced), provided)
+                return self._named(_parse_device(forced)[0], provided)
             return self._auto(provided)
-        platform = self._named(_device_type_of(device_type), provided)
-        index = device_type.index if isinstance(device_type, torch.device) else None
-        if isinstance(device_type, str) and ":" in device_type:
-            text = device_type.split(":", 1)[1].strip()
-            if not text.isdigit():
-                raise InvalidDeviceError(f"{device_type!r} does not end in a device index")
-            index = int(text)
+        name, index = _parse_device(device_type)
+        platform = self._named(name, provided)
         if index is not None:
             platform.device_index(index)  # refuse "cuda:7" on a machine with fewer devices
         return platform

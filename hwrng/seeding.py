@@ -28,7 +28,7 @@ from hwrng.counters import mersenne_state
 from hwrng.errors import MeshError
 from hwrng.platform import Platform
 from hwrng.registry import resolve_platform
-from hwrng.validation import SEED_MODULUS, check_seed
+from hwrng.validation import SEED_MODULUS, check_flag, check_seed
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -380,8 +380,7 @@ def manual_seed(
     """
     value = check_seed(seed)
     dims = _check_dim_names(sharded_dims)
-    if not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
+    check_flag(deterministic, "deterministic")
     if mesh is not None and groups is not None:
         raise MeshError("give either mesh (with sharded_dims) or groups, not both")
     if mesh is not None:

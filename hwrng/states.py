@@ -14,10 +14,10 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from hwrng.errors import HwrngError, InvalidStateError
+from hwrng.errors import HwrngError
 from hwrng.platform import DeviceLike, Platform
 from hwrng.registry import resolve_platform
-from hwrng.validation import check_seed, check_state_tensor
+from hwrng.validation import apply_state, check_seed, check_state_tensor
 
 __all__ = ["DEFAULT_STATE_NAME", "RNGStatesTracker", "TrackerError", "UnknownStateError"]
 
@@ -181,10 +181,7 @@ class RNGStatesTracker:
                 raise TrackerError(f"a state name must be a non-empty string, got {name!r}")
             where = f"RNG state {name!r}"
             candidate = check_state_tensor(state, expected, where).clone()
-            try:  # the generator's own checks, on a scratch generator
-                scratch.set_state(candidate)
-            except RuntimeError as error:
-                raise InvalidStateError(f"{where} is not a valid state: {error}") from None
+            apply_state(scratch, candidate, where)  # the generator's own checks, on a scratch one
             checked[name] = candidate
         self._seeds = {name: self._seeds.get(name) for name in checked}
         self._states = checked

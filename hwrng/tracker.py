@@ -18,7 +18,7 @@ from hwrng.errors import InvalidOffsetError
 from hwrng.platform import DeviceLike, Platform
 from hwrng.registry import resolve_platform
 from hwrng.sharding import ShardSpec, shard_offsets
-from hwrng.validation import MAX_OFFSET
+from hwrng.validation import MAX_OFFSET, check_flag
 
 __all__ = ["OffsetTracker"]
 
@@ -121,8 +121,7 @@ class OffsetTracker:
         """
         if not isinstance(spec, ShardSpec):
             raise TypeError(f"region needs a ShardSpec, got {type(spec).__name__}")
-        if not isinstance(via_default, bool):
-            raise TypeError(f"via_default must be True or False, got {via_default!r}")
+        check_flag(via_default, "via_default")
         platform = self.platform
         default = platform.generator(self.device)
         tracked = default if generator is None else platform.check_generator(generator)

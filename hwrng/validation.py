@@ -11,6 +11,8 @@ from hwrng.errors import InvalidOffsetError, InvalidSeedError, InvalidStateError
 __all__ = [
     "MAX_OFFSET",
     "SEED_MODULUS",
+    "apply_state",
+    "check_flag",
     "check_offset",
     "check_seed",
     "check_state_tensor",
@@ -122,3 +124,22 @@ def check_state_tensor(state: object, expected_numel: int, where: str) -> torch.
     if not state.is_contiguous():
         raise InvalidStateError(f"RNG state for {where} must be contiguous (use .contiguous())")
     return state
+
+
+def apply_state(generator: torch.Generator, state: torch.Tensor, where: str) -> None:
+    """Set ``generator`` to ``state``; the generator's own refusal becomes an InvalidStateError.
+
+    torch checks a state's contents (an mt19937 ``left`` out of range, say)
+    before it changes anything, so a refused state leaves the generator as it was.
+    """
+    try:
+        generator.set_state(state)
+    except RuntimeError as error:
+        raise InvalidStateError(f"{where} is not a valid state: {error}") from None
+
+
+def check_flag(value: object, name: str) -> bool:
+    """Return ``value`` after checking it is ``True`` or ``False`` (not merely truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value

@@ -4,42 +4,59 @@ hwrng seeds every rank for its place in the device mesh, keeps sharded random
 ops consistent (replicas draw the same numbers, shards independent ones),
 forks and restores RNG state, and does it once for every accelerator through
 a small :class:`Platform` interface whose backends are pluggy plugins.
+
+Everything public is importable from here; the modules behind it are private
+(``hwrng._seeding``, ...) except :mod:`hwrng.dtensor` (the DTensor adapter),
+:mod:`hwrng.presets` (trainers' seeding formulas) and :mod:`hwrng.hookspecs`
+(the plugin contract).
 """
 
 from __future__ import annotations
 
-from hwrng.errors import (
+from hwrng._counters import CounterView, PhiloxCounter
+from hwrng._exceptions import (
     AmbiguousBackendError,
     BackendError,
     BackendNotFoundError,
     BackendUnavailableError,
+    CheckpointError,
+    DistributedError,
     DTensorHookError,
     DuplicateBackendError,
     HwrngError,
+    HwrngWarning,
+    InvalidArgumentError,
     InvalidDeviceError,
     InvalidOffsetError,
     InvalidSeedError,
     InvalidStateError,
     MeshError,
+    NestingError,
+    TrackerError,
+    UnknownStateError,
+    VerificationError,
 )
-from hwrng.fork import fork_rng
-from hwrng.hookspecs import hookimpl
-from hwrng.platform import DeviceModulePlatform, Platform
-from hwrng.registry import (
+from hwrng._fork import fork_rng, isolate_rng
+from hwrng._host import MersenneCounter, mersenne_state
+from hwrng._plan import SeedDim, Seeding, rank_seed, seed_plan
+from hwrng._platform import DeviceLike, DeviceModulePlatform, Platform
+from hwrng._registry import (
+    BrokenPlugin,
     PlatformInfo,
     get_platform,
     list_platforms,
     register_plugin,
     unregister_plugin,
 )
-from hwrng.seeding import last_seed, manual_seed, rank_seed, seed_everything, seed_plan
-from hwrng.sharding import ShardSpec, shard_offsets
-from hwrng.states import RNGStatesTracker
-from hwrng.tracker import OffsetTracker
-from hwrng.version import __version__
-from hwrng.workers import WorkerInitFn, worker_init_fn
+from hwrng._seeding import current_seeding, manual_seed, seed_everything
+from hwrng._sharding import ShardSpec, shard_offsets
+from hwrng._states import RNGStatesTracker
+from hwrng._tracker import OffsetTracker
+from hwrng._version import __version__
+from hwrng._workers import WorkerInitFn, WorkerSeeds, worker_init_fn, worker_seeds
+from hwrng.hookspecs import hookimpl
 
-# Submodules reached as attributes; dtensor imports torch.distributed.tensor only when used.
+# Submodules reached as attributes: dtensor imports torch.distributed.tensor only when used.
 _LAZY_SUBMODULES = ("dtensor", "presets")
 
 
@@ -51,33 +68,57 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'hwrng' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+
+
 __all__ = [
     "AmbiguousBackendError",
     "BackendError",
     "BackendNotFoundError",
     "BackendUnavailableError",
+    "BrokenPlugin",
+    "CheckpointError",
+    "CounterView",
     "DTensorHookError",
+    "DeviceLike",
     "DeviceModulePlatform",
+    "DistributedError",
     "DuplicateBackendError",
     "HwrngError",
+    "HwrngWarning",
+    "InvalidArgumentError",
     "InvalidDeviceError",
     "InvalidOffsetError",
     "InvalidSeedError",
     "InvalidStateError",
+    "MersenneCounter",
     "MeshError",
+    "NestingError",
     "OffsetTracker",
+    "PhiloxCounter",
     "Platform",
     "PlatformInfo",
     "RNGStatesTracker",
+    "SeedDim",
+    "Seeding",
     "ShardSpec",
+    "TrackerError",
+    "UnknownStateError",
+    "VerificationError",
     "WorkerInitFn",
+    "WorkerSeeds",
     "__version__",
+    "current_seeding",
+    "dtensor",
     "fork_rng",
     "get_platform",
     "hookimpl",
-    "last_seed",
+    "isolate_rng",
     "list_platforms",
     "manual_seed",
+    "mersenne_state",
+    "presets",
     "rank_seed",
     "register_plugin",
     "seed_everything",
@@ -85,4 +126,5 @@ __all__ = [
     "shard_offsets",
     "unregister_plugin",
     "worker_init_fn",
+    "worker_seeds",
 ]

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from hwrng.cli import main
+from hwrng._cli import main
 
 sys.exit(main())

@@ -5,7 +5,7 @@
 tracker, ``torch.distributed.tensor._random._rng_tracker``. torch's own tracker
 refuses CPU meshes -- and without one every shard of a DTensor on a CPU mesh
 gets the same numbers -- and its offsets collide for tiny or multiply-sharded
-shards (see :mod:`hwrng.sharding`). :func:`install` puts hwrng's tracker in
+shards (see :mod:`hwrng._sharding`). :func:`install` puts hwrng's tracker in
 its place, on any platform.
 
 This hooks a private part of torch. :func:`install` checks that the hook has
@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from hwrng.errors import DTensorHookError
-from hwrng.platform import Platform
-from hwrng.registry import resolve_platform
-from hwrng.sharding import ShardSpec, shard_offsets
-from hwrng.tracker import OffsetTracker
+from hwrng._exceptions import DTensorHookError
+from hwrng._platform import Platform
+from hwrng._registry import resolve_platform
+from hwrng._sharding import ShardSpec, shard_offsets
+from hwrng._tracker import OffsetTracker
 
 __all__ = ["MIN_TORCH", "install", "installed_platform", "uninstall"]
 

@@ -2,7 +2,8 @@
 
 A plugin is any object or module with functions marked by :data:`hookimpl`.
 Installed plugins are found through the ``hwrng`` entry-point group; the
-built-in ``cpu``, ``cuda`` and ``npu`` backends register that way too::
+built-in ``cpu``, ``cuda`` and ``npu`` backends, and the conformance suite's
+``hwrng conformance`` command, register that way too::
 
     # pyproject.toml of a backend distribution
     [project.entry-points.hwrng]
@@ -25,15 +26,16 @@ Plugins that live in the process rather than in a distribution register with
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
-    from hwrng.platform import Platform
+    from hwrng._platform import Platform
 
-__all__ = ["PROJECT_NAME", "hookimpl", "hookspec", "hwrng_platforms"]
+__all__ = ["PROJECT_NAME", "hookimpl", "hookspec", "hwrng_platforms", "hwrng_register_commands"]
 
 #: The pluggy project name, also the entry-point group plugins register under.
 PROJECT_NAME = "hwrng"
@@ -59,5 +61,26 @@ def hwrng_platforms() -> Sequence[Platform]:
     -------
     Sequence[Platform]
         Instances of :class:`~hwrng.Platform` subclasses, one per platform name.
+    """
+    raise NotImplementedError  # pragma: no cover - a specification, never called
+
+
+@hookspec
+def hwrng_register_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
+    """Add subcommands to the ``hwrng`` command line.
+
+    Called when the command line starts, with the ``add_subparsers()`` object
+    of the ``hwrng`` parser. Add a parser and give it a ``func`` default that
+    takes the parsed arguments and returns the exit status::
+
+        @hwrng.hookimpl
+        def hwrng_register_commands(subcommands):
+            command = subcommands.add_parser("hello", help="say hello")
+            command.set_defaults(func=lambda args: print("hello") or 0)
+
+    Import heavy dependencies inside ``func``, not at the plugin's import, so
+    that ``hwrng --help`` stays fast and a missing optional dependency becomes
+    one clear line when the command runs. An :class:`~hwrng.HwrngError` raised
+    by ``func`` is printed as ``hwrng NAME: error: ...`` with exit status 2.
     """
     raise NotImplementedError  # pragma: no cover - a specification, never called

@@ -21,17 +21,17 @@ what ``torch.manual_seed`` does.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hwrng.errors import MeshError
-from hwrng.platform import Platform
-from hwrng.registry import resolve_platform
-from hwrng.seeding import manual_seed, seed_everything
-from hwrng.states import RNGStatesTracker, TrackerError
-from hwrng.validation import SEED_MODULUS, check_seed
+from hwrng._exceptions import MeshError, TrackerError
+from hwrng._plan import SeedDim, Seeding
+from hwrng._platform import Platform
+from hwrng._registry import resolve_platform
+from hwrng._seeding import apply_seeding, manual_seed
+from hwrng._states import RNGStatesTracker
+from hwrng._validation import SEED_MODULUS, check_flag, check_index, check_seed
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -69,20 +69,14 @@ def get_rng_tracker(platform: Platform | str | None = None) -> RNGStatesTracker:
     resolved = resolve_platform(platform)
     tracker = _trackers.get(resolved.name)
     if tracker is None:
-        tracker = _trackers[resolved.name] = RNGStatesTracker(resolved)
+        tracker = _trackers[resolved.name] = RNGStatesTracker(
+            resolved, name=f"hwrng.presets:{resolved.name}"
+        )
     return tracker
 
 
 def _rank(value: object, name: str) -> int:
-    if not isinstance(value, bool):
-        try:
-            index = operator.index(value)  # type: ignore[arg-type]
-        except TypeError:
-            pass
-        else:
-            if index >= 0:
-                return index
-    raise MeshError(f"{name} must be a non-negative integer, got {value!r}")
+    return check_index(value, name)
 
 
 def _check_tracker(tracker: RNGStatesTracker, seeds: dict[str, int]) -> None:
@@ -146,6 +140,7 @@ def megatron_seeds(
     base = check_seed(seed)
     pp, tp, dp = _rank(pp_rank, "pp_rank"), _rank(tp_rank, "tp_rank"), _rank(dp_rank, "dp_rank")
     ep, etp = _rank(ep_rank, "ep_rank"), _rank(etp_rank, "etp_rank")
+    check_flag(data_parallel_random_init, "data_parallel_random_init")
     rank_seed = base + 100 * pp
     if data_parallel_random_init:
         rank_seed += 10 * dp
@@ -202,7 +197,10 @@ def megatron_manual_seed(
         MEGATRON_EXPERT_PARALLEL_RNG: seeds.expert_parallel,
     }
     _check_tracker(target, streams)
-    seed_everything(seeds.seed, resolved)
+    dims = [SeedDim("pp", _rank(pp_rank, "pp_rank"), 100)]
+    if data_parallel_random_init:
+        dims.append(SeedDim("dp", _rank(dp_rank, "dp_rank"), 10))
+    apply_seeding(Seeding(check_seed(seed), tuple(dims), resolved.name, "megatron"), resolved)
     target.reset()
     for name, stream_seed in streams.items():
         target.add(name, stream_seed)
@@ -244,6 +242,7 @@ def slapo_seeds(
 ) -> SlapoSeeds:
     """Compute slapo's seeds for one rank. Pure. Results wrap modulo ``2**64``."""
     value = check_seed(seed)
+    check_flag(always_enable_tp_seed, "always_enable_tp_seed")
     if pp_rank is not None:
         value += 100 * _rank(pp_rank, "pp_rank")
     if dp_rank is not None:
@@ -289,7 +288,12 @@ def slapo_set_random_seed(
     target = tracker if tracker is not None else get_rng_tracker(resolved)
     if seeds.tensor_parallel is not None:
         _check_tracker(target, {MEGATRON_MODEL_PARALLEL_RNG: seeds.tensor_parallel})
-    seed_everything(seeds.seed, resolved)
+    dims = []
+    if pp_rank is not None:
+        dims.append(SeedDim("pp", _rank(pp_rank, "pp_rank"), 100))
+    if dp_rank is not None:
+        dims.append(SeedDim("dp", _rank(dp_rank, "dp_rank"), 10))
+    apply_seeding(Seeding(check_seed(seed), tuple(dims), resolved.name, "slapo"), resolved)
     if seeds.tensor_parallel is not None:
         if seeds.default != seeds.seed:
             resolved.manual_seed_all(seeds.default)

@@ -13,7 +13,7 @@ from hwrng_cuda import CUBLAS_WORKSPACE_CONFIG, CUDAPlatform
 from hwrng_npu import NPUPlatform
 
 import hwrng
-from hwrng.registry import Registry
+from hwrng._registry import Registry
 
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 

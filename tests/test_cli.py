@@ -9,7 +9,8 @@ import sys
 import pytest
 
 import hwrng
-from hwrng.cli import format_table, main
+from hwrng._cli import main
+from hwrng._format import format_table
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -129,10 +130,11 @@ def test_conformance_on_an_unavailable_backend_fails_clearly() -> None:
         text=True,
         timeout=300,
     )
-    assert result.returncode != 0
-    assert (
-        "--hwrng-backend cuda: hwrng backend 'cuda' is unavailable" in result.stdout + result.stderr
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "hwrng conformance: error: --backend cuda: hwrng backend 'cuda' is unavailable"
     )
+    assert result.stderr.count("\n") == 1 and result.stdout == "", "one line, no empty table"
 
 
 def test_plan_on_a_huge_mesh_lists_only_what_it_shows(capsys: pytest.CaptureFixture[str]) -> None:
@@ -167,4 +169,4 @@ def test_console_script_is_declared() -> None:
     import importlib.metadata
 
     scripts = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="console_scripts")}
-    assert scripts["hwrng"] == "hwrng.cli:main"
+    assert scripts["hwrng"] == "hwrng._cli:main"

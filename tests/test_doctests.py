@@ -8,12 +8,14 @@ import importlib
 import pytest
 
 MODULES = [
-    "hwrng.fork",
-    "hwrng.seeding",
-    "hwrng.sharding",
-    "hwrng.states",
-    "hwrng.tracker",
-    "hwrng.workers",
+    "hwrng._format",
+    "hwrng._fork",
+    "hwrng._mesh",
+    "hwrng._plan",
+    "hwrng._sharding",
+    "hwrng._states",
+    "hwrng._tracker",
+    "hwrng._workers",
 ]
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import dist_dtensor_checks as checks
 import pytest
-from hwrng_conformance.multiproc import DistributedPool
 from test_sharding import held_indices
 
 import hwrng
+from hwrng._launch import DistributedPool
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import hwrng
-from hwrng.registry import Registry
+from hwrng._registry import Registry
 
 GOOD_PLUGIN = """
 from typing import ClassVar

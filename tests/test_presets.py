@@ -111,7 +111,7 @@ def test_preset_input_checks() -> None:
 
 
 def test_presets_refuse_before_changing_anything() -> None:
-    from hwrng.states import TrackerError
+    from hwrng import TrackerError
 
     tracker = hwrng.RNGStatesTracker("cpu")
     tracker.add("keep", 1)

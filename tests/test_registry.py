@@ -10,7 +10,7 @@ import pytest
 from hwrng_cpu import CPUPlatform
 
 import hwrng
-from hwrng.registry import Registry
+from hwrng._registry import Registry
 
 
 class Accelerator(CPUPlatform):

@@ -178,12 +178,14 @@ def test_manual_seed_without_mesh_seeds_everything() -> None:
     np.random.seed(42)
     assert torch.equal(got[0], torch.rand(3))
     assert got[1:] == (random.random(), np.random.rand(), "42")
-    record = hwrng.last_seed()
-    assert record is not None and (record.seed, record.base_seed, record.platform) == (
+    record = hwrng.current_seeding()
+    assert record is not None and (record.rank_seed, record.seed, record.platform) == (
         42,
         42,
         "cpu",
     )
+    hwrng.seed_everything(7, "cpu")  # a seed computed by other means: no plan is known
+    assert hwrng.current_seeding() is None
 
 
 @pytest.mark.usefixtures("restore_global_rngs")

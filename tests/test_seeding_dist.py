@@ -8,7 +8,8 @@ from typing import Any
 
 import dist_seeding_checks as checks
 import pytest
-from hwrng_conformance.multiproc import DistributedPool
+
+from hwrng._launch import DistributedPool
 
 DRAWS = ("torch", "device", "random", "numpy")
 

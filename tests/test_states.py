@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import hwrng
-from hwrng.states import TrackerError, UnknownStateError
+from hwrng import TrackerError, UnknownStateError
 
 
 def test_add_fork_and_copies(cpu: hwrng.Platform) -> None:
@@ -37,8 +37,11 @@ def test_set_states_round_trip_and_checks(cpu: hwrng.Platform) -> None:
         with pytest.raises((hwrng.InvalidStateError, TrackerError)):
             tracker.set_states(bad)  # type: ignore[arg-type]
     assert torch.equal(tracker.get_states()["a"], good), "a refused set_states changes nothing"
+    with pytest.raises(TrackerError, match=r"leaves out \['a'\] and adds \['b'\]"):
+        tracker.set_states({"b": good})  # would silently drop "a"
+    tracker.reset()
     tracker.set_states({"b": good})
-    assert tracker.seeds == {"b": None}
+    assert tracker.seeds == {"b": 1}, "a restored state keeps its seed"
 
 
 def test_refusals(cpu: hwrng.Platform) -> None:

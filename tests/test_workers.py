@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hwrng
-from hwrng.workers import worker_seeds
+from hwrng._workers import worker_seeds
 
 ids = st.integers(0, 2**16)
 
@@ -45,15 +45,15 @@ def test_picklable_for_spawned_workers() -> None:
 
 
 def test_rank_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hwrng.workers import _global_rank
+    from hwrng._workers import process_rank
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("HWRNG_RANK", raising=False)
-    assert _global_rank() == 0
+    assert process_rank() is None  # a single process: the workers use rank 0
     monkeypatch.setenv("HWRNG_RANK", "5")
-    assert _global_rank() == 5
+    assert process_rank() == 5
     monkeypatch.setenv("RANK", "2")
-    assert _global_rank() == 2
+    assert process_rank() == 2
     monkeypatch.setenv("RANK", "two")
     with pytest.raises(ValueError, match="RANK='two' is not a rank"):
-        _global_rank()
+        process_rank()

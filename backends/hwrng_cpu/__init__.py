@@ -2,7 +2,7 @@
 
 torch's CPU generator is a Mersenne Twister with no counter; this backend
 gives it hwrng's ``(seed, offset)`` view through
-:class:`hwrng.counters.MersenneCounter`. It also keys the generator with all
+:class:`hwrng._counters.MersenneCounter`. It also keys the generator with all
 64 bits of a seed: torch's own CPU seeding keeps only the low 32 bits, so
 ``torch.manual_seed(s)`` and ``torch.manual_seed(s + 2**32)`` draw the same
 numbers. For seeds below ``2**32`` hwrng seeds exactly as torch does.
@@ -16,8 +16,7 @@ from typing import ClassVar
 import torch
 
 import hwrng
-from hwrng.counters import CounterView, MersenneCounter
-from hwrng.platform import DeviceLike
+from hwrng._host import HOST_COUNTER, host_generator
 
 __all__ = ["CPUPlatform", "hwrng_platforms"]
 
@@ -29,13 +28,10 @@ class CPUPlatform(hwrng.Platform):
     dist_backend: ClassVar[str] = "gloo"
     priority: ClassVar[int] = 0
 
-    def __init__(self) -> None:
-        self._counter = MersenneCounter()
-
     @property
-    def counter(self) -> CounterView:
-        """The emulated counter view of the Mersenne-Twister generator."""
-        return self._counter
+    def counter(self) -> hwrng.CounterView:
+        """The emulated counter view of the host's Mersenne-Twister generator."""
+        return HOST_COUNTER
 
     def unavailable_reason(self) -> str | None:
         """Return ``None``: the CPU is always available."""
@@ -54,15 +50,15 @@ class CPUPlatform(hwrng.Platform):
         """Return 0."""
         return 0
 
-    def device(self, device: DeviceLike = None) -> torch.device:
+    def device(self, device: hwrng.DeviceLike = None) -> torch.device:
         """Return ``torch.device("cpu")`` after checking ``device`` names the CPU."""
         self.device_index(device)
         return torch.device("cpu")
 
-    def generator(self, device: DeviceLike = None) -> torch.Generator:
+    def generator(self, device: hwrng.DeviceLike = None) -> torch.Generator:
         """Return ``torch.default_generator``."""
         self.device_index(device)
-        return torch.default_generator
+        return host_generator()
 
 
 @hwrng.hookimpl

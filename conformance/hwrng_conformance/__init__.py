@@ -16,6 +16,6 @@ See :mod:`hwrng_conformance.plugin` for the options and fixtures.
 
 from __future__ import annotations
 
-from hwrng_conformance.multiproc import DistributedPool, WorkerError
+from hwrng._launch import DistributedPool, WorkerError
 
 __all__ = ["DistributedPool", "WorkerError"]

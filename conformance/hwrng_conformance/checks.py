@@ -1,6 +1,6 @@
 """What each rank runs for the multi-process rules (see ``suite/test_multiprocess.py``).
 
-Every function runs on all ranks of a :class:`~hwrng_conformance.multiproc.DistributedPool`
+Every function runs on all ranks of a :class:`~hwrng._launch.DistributedPool`
 and returns plain data; the rule in the parent compares the ranks' answers,
 so the expectations are computed independently of the code under test.
 """

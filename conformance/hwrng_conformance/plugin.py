@@ -19,7 +19,7 @@ Fixtures
 ``platform``
     The :class:`hwrng.Platform` under test; suite tests run once per backend.
 ``dist_pool``
-    A :class:`~hwrng_conformance.multiproc.DistributedPool` of ``--hwrng-nproc``
+    A :class:`~hwrng._launch.DistributedPool` of ``--hwrng-nproc``
     ranks for the platform, started once per backend and shared by the rules.
 
 Marker
@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 import hwrng
-from hwrng_conformance.multiproc import DistributedPool
+from hwrng._launch import DistributedPool
 
 __all__ = [
     "DEFAULT_NPROC",

@@ -13,12 +13,15 @@ import pytest
 import torch
 
 import hwrng
-from hwrng.cli import format_table
+from hwrng._format import format_table
 from hwrng_conformance import plugin as conformance_plugin
 
 __all__ = ["ResultCollector", "RuleResult", "describe_device", "run_conformance"]
 
 _INI = os.path.join(os.path.dirname(__file__), "conformance.ini")
+
+#: The words a skip for a missing capability carries (see ``plugin.pytest_runtest_setup``).
+CAPABILITY_SKIP = "lacks capability"
 
 
 @dataclass
@@ -59,6 +62,11 @@ class ResultCollector:
     def __init__(self) -> None:
         self.results: dict[str, RuleResult] = {}
         self.errors: list[str] = []
+        self.deselected = 0
+
+    def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
+        """Count rules a filter (``-k``, ``-m``) left out: the run is then partial."""
+        self.deselected += len(items)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Record the outcome of each phase of each rule."""
@@ -107,10 +115,25 @@ def describe_device(platform: hwrng.Platform) -> str:
     return f"{platform.name} device"
 
 
+def _verdict(rows: Sequence[RuleResult], deselected: int) -> str:
+    """CONFORMS, PARTIAL, DOES NOT CONFORM or NOT VERIFIED, for one backend's rows."""
+    if any(r.outcome == "fail" for r in rows):
+        return "DOES NOT CONFORM"
+    if not any(r.outcome == "pass" for r in rows):
+        return "NOT VERIFIED (no rule passed)"
+    not_run = [r for r in rows if r.outcome == "skip" and CAPABILITY_SKIP not in r.detail]
+    if deselected or not_run:
+        return "PARTIAL (some rules were not run: see the table)"
+    return "CONFORMS"
+
+
 def run_conformance(
     backends: Sequence[str], *, nproc: int | None = None, extra: Sequence[str] = ()
 ) -> int:
     """Run the conformance suite, print a table and a verdict; return the exit status.
+
+    The exit status is 0 only when every backend checked conforms or passes a
+    partial run without failure; 1 when a rule fails or nothing was verified.
 
     Parameters
     ----------
@@ -119,13 +142,32 @@ def run_conformance(
     nproc
         Processes for the multi-process rules (default 4).
     extra
-        More pytest arguments (``--`` first is dropped), e.g. ``-k counter``.
+        More pytest arguments (``--`` first is dropped), e.g. ``-k counter``;
+        a run they filter is labelled PARTIAL.
     """
     extra = list(extra)
     if extra[:1] == ["--"]:
         extra = extra[1:]
-    args = ["-c", _INI, "--pyargs", "hwrng_conformance.suite", "-q", "-p", "no:cacheprovider"]
-    for name in backends:
+    names = list(backends) or [row.name for row in hwrng.list_platforms() if row.available]
+    if not names:
+        print("hwrng conformance: NOT VERIFIED: no available backend to check (hwrng backends)")
+        return 1
+    # -c: our own ini, so a pytest.ini or pyproject.toml in the current directory is not
+    # read; --noconftest: a conftest.py there is never executed; the suite loads only
+    # its own files and the conformance plugin.
+    args = [
+        "-c",
+        _INI,
+        "--rootdir",
+        os.path.dirname(__file__),
+        "--noconftest",
+        "--pyargs",
+        "hwrng_conformance.suite",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    ]
+    for name in names:
         args += ["--hwrng-backend", name]
     if nproc is not None:
         args += ["--hwrng-nproc", str(nproc)]
@@ -139,29 +181,26 @@ def run_conformance(
             [[r.backend, r.rule, r.outcome.upper(), r.detail] for r in rows],
         )
     )
-    checked = sorted({r.backend for r in rows})
-    failed = [r for r in rows if r.outcome == "fail"]
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print()
-    for name in checked or list(backends) or ["(none)"]:
+    verdicts = []
+    for name in names:
         mine = [r for r in rows if r.backend == name]
         counts = {o: sum(r.outcome == o for r in mine) for o in ("pass", "fail", "skip")}
-        if counts["fail"]:
-            verdict = "DOES NOT CONFORM"
-        elif counts["pass"]:
-            verdict = "CONFORMS"
-        else:
-            verdict = "NOT VERIFIED (no rule ran)"
+        verdict = _verdict(mine, collector.deselected)
+        verdicts.append(verdict)
         try:
             device = describe_device(hwrng.get_platform(name))
         except hwrng.HwrngError as error:
             device = str(error)
         print(
             f"hwrng conformance: backend {name} {verdict} ({counts['pass']} passed, "
-            f"{counts['fail']} failed, {counts['skip']} skipped) on {device}; "
-            f"torch {torch.__version__}, hwrng {hwrng.__version__}, python "
-            f"{sys.version.split()[0]}, {when}"
+            f"{counts['fail']} failed, {counts['skip']} skipped"
+            + (f", {collector.deselected} deselected" if collector.deselected else "")
+            + f") on {device}; torch {torch.__version__}, hwrng {hwrng.__version__}, "
+            f"python {sys.version.split()[0]}, {when}"
         )
-    if failed or collector.errors or status not in (pytest.ExitCode.OK,):
-        return 1 if status in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) else int(status)
-    return 0
+    if collector.errors or status not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        return int(status) or 1
+    bad = ("DOES NOT CONFORM", "NOT VERIFIED")
+    return 1 if any(v.startswith(bad) for v in verdicts) else 0

@@ -6,11 +6,10 @@ import pytest
 import torch
 
 import hwrng
-from hwrng.platform import DeviceLike
 from hwrng_conformance.helpers import draw_default
 
 
-def _device_spellings(platform: hwrng.Platform) -> list[DeviceLike]:
+def _device_spellings(platform: hwrng.Platform) -> list[hwrng.DeviceLike]:
     index = platform.current_device()
     return [None, index, platform.device(index), str(platform.device(index))]
 

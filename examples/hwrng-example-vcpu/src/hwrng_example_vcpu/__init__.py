@@ -21,7 +21,6 @@ from types import ModuleType
 from typing import ClassVar
 
 import hwrng
-from hwrng.counters import CounterView, MersenneCounter
 
 __all__ = ["VCPUPlatform", "hwrng_platforms"]
 
@@ -37,7 +36,7 @@ class VCPUPlatform(hwrng.DeviceModulePlatform):
     def __init__(self) -> None:
         super().__init__()
         # CPU generators are Mersenne Twisters: reuse hwrng's emulated counter view.
-        self._counter: CounterView = MersenneCounter()
+        self._counter: hwrng.CounterView = hwrng.MersenneCounter()
 
     @property
     def device_type(self) -> str:

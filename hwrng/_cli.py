@@ -1,32 +1,29 @@
-"""The ``hwrng`` command line: ``backends``, ``plan`` and ``conformance``."""
+"""The ``hwrng`` command line: ``backends``, ``plan``, ``check``, and commands plugins add.
+
+Plugins add subcommands through the :func:`~hwrng.hookspecs.hwrng_register_commands`
+hook (the conformance suite adds ``hwrng conformance`` that way), so this
+module imports nothing from them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from types import FrameType
 
-import numpy as np
+from hwrng._exceptions import HwrngError, MeshError
+from hwrng._format import format_table
+from hwrng._mesh import unravel_index
+from hwrng._plan import rank_seed, seed_plan
+from hwrng._registry import Registry, default_registry
+from hwrng._version import __version__
 
-from hwrng.errors import HwrngError, MeshError
-from hwrng.registry import default_registry
-from hwrng.seeding import rank_seed, seed_plan
-from hwrng.version import __version__
-
-__all__ = ["format_table", "main"]
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Lay ``rows`` out under ``headers`` in left-aligned columns."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+__all__ = ["build_parser", "main"]
 
 
 def _cmd_backends(args: argparse.Namespace) -> int:
@@ -108,9 +105,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     rank_seed(args.seed, dict.fromkeys(names, 0), mesh, args.sharded)  # check before printing
     shown = world if args.limit == 0 else min(args.limit, world)
     rows = []
+    sizes = [mesh[n] for n in names]
     for rank in range(shown):  # only the rows shown: the mesh may be far too large to list
-        position = np.unravel_index(rank, [mesh[n] for n in names])
-        coordinate = {name: int(value) for name, value in zip(names, position, strict=True)}
+        position = unravel_index(rank, sizes)  # exact Python ints: no 64-bit overflow
+        coordinate = dict(zip(names, position, strict=True))
         seed = rank_seed(args.seed, coordinate, mesh, args.sharded)
         rows.append([rank, *coordinate.values(), seed])
     mesh_text = " x ".join(f"{n}={mesh[n]}" for n in names)
@@ -139,14 +137,23 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _cmd_conformance(args: argparse.Namespace) -> int:
-    from hwrng_conformance.runner import run_conformance
+def _add_plugin_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], registry: Registry
+) -> None:
+    """Let every plugin add its subcommands; a plugin that fails is named, never fatal."""
+    for impl in registry.plugin_manager.hook.hwrng_register_commands.get_hookimpls():
+        try:
+            impl.function(subcommands=commands)
+        except (Exception, SystemExit) as error:  # a plugin's hook may fail in any way
+            print(
+                f"hwrng: plugin {impl.plugin_name!r} could not add its commands: "
+                f"{type(error).__name__}: {error}",
+                file=sys.stderr,
+            )
 
-    return run_conformance(args.backend or [], nproc=args.nproc, extra=args.pytest_args)
 
-
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser of the ``hwrng`` command."""
+def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
+    """Return the argument parser of the ``hwrng`` command, with the plugins' commands."""
     parser = argparse.ArgumentParser(
         prog="hwrng",
         description="Random-number state for distributed PyTorch training on any hardware.",
@@ -172,29 +179,32 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plan.set_defaults(func=_cmd_plan)
 
-    conformance = commands.add_parser(
-        "conformance", help="run the conformance suite against a backend on this machine"
-    )
-    conformance.add_argument(
-        "--backend",
-        action="append",
-        metavar="NAME",
-        help="backend to check (repeatable; default: every available backend)",
-    )
-    conformance.add_argument(
-        "--nproc", type=int, default=None, help="processes for the multi-process rules (default 4)"
-    )
-    conformance.add_argument(
-        "pytest_args", nargs=argparse.REMAINDER, help="after --: extra arguments for pytest"
-    )
-    conformance.set_defaults(func=_cmd_conformance)
+    _add_plugin_commands(commands, registry or default_registry())
     return parser
+
+
+def _stop_on_sigterm() -> None:
+    """Turn SIGTERM (what CI timeouts send) into SystemExit, so cleanup code runs.
+
+    The pools of ranks that ``check`` and ``conformance`` start are closed by
+    ``finally`` blocks; with the default handler the process would die first.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return  # the embedding program has its own
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``hwrng`` command line and return its exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    _stop_on_sigterm()
     try:
         status: int = args.func(args)
     except HwrngError as error:

@@ -14,36 +14,23 @@ from collections.abc import Iterator
 
 import torch
 
-from hwrng.errors import InvalidOffsetError
-from hwrng.platform import DeviceLike, Platform
-from hwrng.registry import resolve_platform
-from hwrng.sharding import ShardSpec, shard_offsets
-from hwrng.validation import MAX_OFFSET, check_flag
+from hwrng._claims import claim
+from hwrng._exceptions import InvalidArgumentError, InvalidOffsetError, NestingError
+from hwrng._platform import DeviceLike, Platform
+from hwrng._registry import resolve_platform
+from hwrng._sharding import ShardSpec, shard_offsets
+from hwrng._validation import MAX_OFFSET, check_flag, check_seed
 
 __all__ = ["OffsetTracker"]
 
-_active = threading.local()
+_in_region = threading.local()
 
 
-def _claim(*generators: torch.Generator) -> set[int]:
-    """Mark generators as inside a region of this thread; refuse one already inside."""
-    ids: set[int] | None = getattr(_active, "ids", None)
-    if ids is None:
-        ids = _active.ids = set()
-    keys = {id(generator) for generator in generators}
-    for generator in generators:
-        if id(generator) in ids:
-            raise RuntimeError(
-                f"a tracked region is already open on the {generator.device} generator; "
-                "regions on one generator do not nest (the inner op would draw inside "
-                "the outer op's shard ranges)"
-            )
-    ids.update(keys)
-    return keys
-
-
-def _release(keys: set[int]) -> None:
-    _active.ids.difference_update(keys)
+def _regions() -> set[int]:
+    open_here: set[int] | None = getattr(_in_region, "ids", None)
+    if open_here is None:
+        open_here = _in_region.ids = set()
+    return open_here
 
 
 class OffsetTracker:
@@ -53,6 +40,9 @@ class OffsetTracker:
     shard's range; afterwards every rank's generator sits at the same offset,
     past every shard's range, so replicas draw equal numbers, shards
     independent ones, and the next op overlaps none of them.
+
+    Regions on one generator are serialised across threads (see
+    ``hwrng._claims``) and refused when nested in one thread.
 
     Parameters
     ----------
@@ -84,12 +74,14 @@ class OffsetTracker:
         generator: torch.Generator | None = None,
         *,
         via_default: bool = False,
+        draw_seed: int | None = None,
     ) -> Iterator[torch.Generator]:
         """Run the body as this rank's part of one random op on ``spec``.
 
         On entry the generator moves from ``(seed, offset)`` to ``(seed, offset
-        + start_increment)``; on exit -- also on an exception -- to ``(seed,
-        offset + end_increment)`` (see :func:`hwrng.shard_offsets`).
+        + start_increment)``; on exit -- also when the body raises: the op's
+        range counts as used -- to ``(seed, offset + end_increment)`` (see
+        :func:`hwrng.shard_offsets`). A refused region changes nothing.
 
         Parameters
         ----------
@@ -104,6 +96,11 @@ class OffsetTracker:
             (DTensor pops a user's generator from an op's arguments): the
             default generator is put at ``generator``'s shard position for the
             body and restored exactly afterwards, and ``generator`` advances.
+        draw_seed
+            The seed the shard is drawn with, when it is not the tracked
+            generator's own (DTensor ops draw with a seed common to their mesh,
+            see :meth:`hwrng.Seeding.dtensor_seed`); the tracked generator keeps
+            its seed and ends at ``offset + end_increment`` as always.
 
         Yields
         ------
@@ -112,37 +109,50 @@ class OffsetTracker:
 
         Raises
         ------
-        TypeError
-            If ``spec`` is not a :class:`~hwrng.ShardSpec`.
-        RuntimeError
+        InvalidArgumentError
+            If ``spec`` is not a :class:`~hwrng.ShardSpec` or ``via_default`` not a bool.
+        InvalidSeedError
+            If ``draw_seed`` is not a seed.
+        NestingError
             If a region is already open on the same generator in this thread.
         InvalidOffsetError
             If the op would move the offset past ``2**63``.
         """
         if not isinstance(spec, ShardSpec):
-            raise TypeError(f"region needs a ShardSpec, got {type(spec).__name__}")
+            raise InvalidArgumentError(f"region needs a ShardSpec, got {type(spec).__name__}")
         check_flag(via_default, "via_default")
+        seed_override = None if draw_seed is None else check_seed(draw_seed, "draw_seed")
         platform = self.platform
         default = platform.generator(self.device)
         tracked = default if generator is None else platform.check_generator(generator)
         drawn = default if via_default else tracked
         start, end = shard_offsets(spec)
-        seed, offset = platform.get_seed_offset(tracked)
-        if offset + end > MAX_OFFSET:
-            raise InvalidOffsetError(
-                f"the {tracked.device} generator is at offset {offset}; an op of "
-                f"{end} more would pass 2**63"
-            )
-        counter = platform.counter
-        claimed = _claim(drawn, tracked)
-        try:
-            saved = drawn.get_state() if drawn is not tracked else None
-            counter.write(drawn, seed, offset + start)
+        with claim(drawn, tracked):
+            open_here = _regions()
+            keys = {id(drawn), id(tracked)}
+            if open_here & keys:
+                raise NestingError(
+                    f"a tracked region is already open on the {tracked.device} generator; "
+                    "regions on one generator do not nest (the inner op would draw inside "
+                    "the outer op's shard ranges)"
+                )
+            seed, offset = platform.counter.peek(tracked)
+            if offset + end > MAX_OFFSET:
+                raise InvalidOffsetError(
+                    f"the {tracked.device} generator is at offset {offset}; an op of "
+                    f"{end} more would pass 2**63"
+                )
+            open_here.update(keys)
             try:
-                yield drawn
+                saved = drawn.get_state() if drawn is not tracked else None
+                platform.position(
+                    drawn, seed if seed_override is None else seed_override, offset + start
+                )
+                try:
+                    yield drawn
+                finally:
+                    if saved is not None:
+                        drawn.set_state(saved)
+                    platform.position(tracked, seed, offset + end)
             finally:
-                if saved is not None:
-                    drawn.set_state(saved)
-                counter.write(tracked, seed, offset + end)
-        finally:
-            _release(claimed)
+                open_here.difference_update(keys)

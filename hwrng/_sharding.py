@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hwrng.errors import MeshError
+from hwrng._exceptions import InvalidArgumentError, MeshError
+from hwrng._mesh import linear_index
+from hwrng._validation import check_index, int_tuple
 
 __all__ = ["ShardSpec", "shard_offsets"]
 
@@ -59,21 +60,6 @@ def _placement_types() -> tuple[type[Any], type[Any], type[Any], type[Any] | Non
 
     strided = getattr(placement_types, "_StridedShard", None)
     return placement_types.Shard, placement_types.Replicate, placement_types.Partial, strided
-
-
-def _as_int_tuple(values: Sequence[int], what: str, minimum: int) -> tuple[int, ...]:
-    if isinstance(values, (str, bytes)):
-        raise MeshError(f"{what} must be a sequence of integers, got {values!r}")
-    try:
-        if any(isinstance(v, bool) for v in values):
-            raise TypeError
-        result = tuple(operator.index(v) for v in values)
-    except TypeError:
-        raise MeshError(f"{what} must be a sequence of integers, got {values!r}") from None
-    for value in result:
-        if value < minimum:
-            raise MeshError(f"{what} must hold integers >= {minimum}, got {result}")
-    return result
 
 
 @dataclass(frozen=True)
@@ -110,10 +96,13 @@ class ShardSpec:
     )
 
     def __post_init__(self) -> None:
-        shape = _as_int_tuple(self.shape, "shape", 0)
-        mesh_shape = _as_int_tuple(self.mesh_shape, "mesh_shape", 1)
-        coordinate = _as_int_tuple(self.coordinate, "coordinate", 0)
-        placements = tuple(self.placements)
+        shape = int_tuple(self.shape, "shape")
+        mesh_shape = int_tuple(self.mesh_shape, "mesh_shape", minimum=1)
+        coordinate = int_tuple(self.coordinate, "coordinate")
+        given: object = self.placements
+        if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+            raise MeshError(f"placements must be a sequence of placements, got {given!r}")
+        placements = tuple(given)
         if len(placements) != len(mesh_shape):
             raise MeshError(
                 f"{len(placements)} placements for a {len(mesh_shape)}-dim mesh "
@@ -138,7 +127,7 @@ class ShardSpec:
         object.__setattr__(self, "_layout", layout)
 
     @classmethod
-    def from_dtensor_spec(cls, spec: Any, coordinate: Sequence[int] | None = None) -> ShardSpec:
+    def from_dtensor_spec(cls, spec: Any, coordinate: Iterable[int] | None = None) -> ShardSpec:
         """Build a spec from a DTensor's ``DTensorSpec`` (``dtensor._spec``).
 
         Parameters
@@ -176,10 +165,7 @@ class ShardSpec:
     @property
     def shard_index(self) -> int:
         """The index of this coordinate's shard, numbered row-major over tensor dims."""
-        index = 0
-        for position, count in zip(self._shard_position(), self._shards_per_dim(), strict=True):
-            index = index * count + position
-        return index
+        return linear_index(self._shard_position(), self._shards_per_dim())
 
     @property
     def local_shape(self) -> tuple[int, ...]:
@@ -213,10 +199,10 @@ class ShardSpec:
     def _shard_position(self) -> list[int]:
         positions = []
         for dim in range(len(self.shape)):
-            position = 0
-            for axis in self._mesh_dims_of(dim):
-                position = position * self.mesh_shape[axis] + self.coordinate[axis]
-            positions.append(position)
+            axes = self._mesh_dims_of(dim)
+            positions.append(
+                linear_index([self.coordinate[a] for a in axes], [self.mesh_shape[a] for a in axes])
+            )
         return positions
 
     def largest_shard_numel(self) -> int:
@@ -249,10 +235,16 @@ def _layout_of(placement: object, ndim: int) -> tuple[int, int] | None:
             f"unsupported placement {placement!r}: use Shard, Replicate or Partial "
             "from torch.distributed.tensor"
         )
-    dim = operator.index(placement.dim)  # type: ignore[attr-defined]
-    if not -ndim <= dim < ndim:
+    dim = check_index(placement.dim, f"the dim of {placement!r}", minimum=-ndim)  # type: ignore[attr-defined]
+    if dim >= ndim:
         raise MeshError(f"{placement!r} shards dim {dim} of a {ndim}-dim tensor")
-    split_factor = operator.index(placement.split_factor) if is_strided else 1  # type: ignore[attr-defined]
+    split_factor = 1
+    if is_strided:
+        split_factor = check_index(
+            placement.split_factor,  # type: ignore[attr-defined]
+            f"the split_factor of {placement!r}",
+            minimum=1,
+        )
     return dim % ndim, split_factor
 
 
@@ -282,6 +274,6 @@ def shard_offsets(spec: ShardSpec) -> tuple[int, int]:
     (8, 16)
     """
     if not isinstance(spec, ShardSpec):
-        raise TypeError(f"shard_offsets needs a ShardSpec, got {type(spec).__name__}")
+        raise InvalidArgumentError(f"shard_offsets needs a ShardSpec, got {type(spec).__name__}")
     stride = _align4(spec.largest_shard_numel())
     return spec.shard_index * stride, spec.num_shards * stride

@@ -2,46 +2,61 @@
 
 Plugins come from the ``hwrng`` entry-point group (the built-in backends are
 registered there too) and from :func:`register_plugin`. Loading is lazy and
-happens once. A plugin that fails to import, to register or to answer its
-hook is recorded as broken, with its error, and never stops the others.
+happens once, through pluggy's own ``load_setuptools_entrypoints`` (which
+records each plugin's distribution) and ``set_blocked``. What pluggy does not
+do is isolate plugins from each other -- one failing import aborts its loop --
+so each entry point is first imported on its own, under a time bound, and
+checked against a scratch manager: a plugin that fails to import (even by
+calling ``sys.exit``), takes too long, or does not fit the hook
+specifications is recorded as broken, naming it, and blocked; the others load.
 
 Environment variables
 ---------------------
 ``HWRNG_BACKEND``
-    Forces the platform :func:`get_platform` returns when called without a
-    name.
+    The platform :func:`get_platform` returns when called without a name
+    (``cuda`` or ``cuda:1``).
 ``HWRNG_DISABLE_PLUGINS``
     Comma-separated entry-point names not to load, e.g. to settle two plugins
-    that claim the same platform name.
+    that claim the same platform name. A name that matches no entry point is
+    reported with a :class:`~hwrng.HwrngWarning`.
+``HWRNG_PLUGIN_IMPORT_TIMEOUT``
+    Seconds one plugin's import may take before it is recorded as broken
+    (default 20).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+import threading
+import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import pluggy
 import torch
 
 from hwrng import hookspecs
-from hwrng.errors import (
+from hwrng._exceptions import (
     AmbiguousBackendError,
     BackendNotFoundError,
     BackendUnavailableError,
     DuplicateBackendError,
-    InvalidDeviceError,
+    HwrngError,
+    HwrngWarning,
+    InvalidArgumentError,
 )
-from hwrng.platform import Platform
+from hwrng._platform import Platform, parse_device
 
 __all__ = [
     "BACKEND_ENV",
     "DISABLE_ENV",
+    "IMPORT_TIMEOUT_ENV",
     "BrokenPlugin",
     "PlatformInfo",
+    "PlatformStatus",
     "Registry",
     "default_registry",
     "get_platform",
@@ -53,6 +68,14 @@ __all__ = [
 
 BACKEND_ENV = "HWRNG_BACKEND"
 DISABLE_ENV = "HWRNG_DISABLE_PLUGINS"
+IMPORT_TIMEOUT_ENV = "HWRNG_PLUGIN_IMPORT_TIMEOUT"
+DEFAULT_IMPORT_TIMEOUT = 20.0
+
+#: How a row of :func:`list_platforms` stands.
+PlatformStatus = Literal["available", "unavailable", "conflict", "broken"]
+
+#: Where a broken plugin failed.
+FailureStage = Literal["import", "register", "hook"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +95,7 @@ class BrokenPlugin:
     """
 
     plugin: str
-    stage: str
+    stage: FailureStage
     error: str
     distribution: str | None = None
     version: str | None = None
@@ -102,7 +125,7 @@ class PlatformInfo:
     """
 
     name: str
-    status: str
+    status: PlatformStatus
     reason: str | None
     device_count: int
     dist_backend: str | None
@@ -134,6 +157,14 @@ class _Provided:
         return f"plugin {self.plugin!r} ({origin})"
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """What the plugins provide, collected once until a plugin is (un)registered."""
+
+    provided: dict[str, list[_Provided]] = field(default_factory=dict)
+    broken: list[BrokenPlugin] = field(default_factory=list)
+
+
 def _check_platform(candidate: object) -> None:
     """Refuse a platform whose declared attributes would break selection or listing."""
     if not isinstance(candidate, Platform):
@@ -154,27 +185,59 @@ def _check_platform(candidate: object) -> None:
 
 
 def _error_text(error: BaseException) -> str:
+    if isinstance(error, SystemExit):
+        return f"SystemExit: the plugin called sys.exit({error.code!r})"
     return f"{type(error).__name__}: {error}"
 
 
-def _parse_device(device_type: str | torch.device) -> tuple[str, int | None]:
-    """Split ``"cuda:1"`` or ``torch.device("cuda", 1)`` into ``("cuda", 1)``."""
-    if isinstance(device_type, torch.device):
-        index: int | None = device_type.index
-        return device_type.type, index
-    if not isinstance(device_type, str):
-        raise TypeError(
-            f"device_type must be a name, a torch.device or None, got {type(device_type).__name__}"
-        )
-    name, sep, text = device_type.partition(":")
-    name = name.strip()
-    if not name:
-        raise ValueError(f"empty backend name {device_type!r}")
-    if not sep:
-        return name, None
-    if not text.strip().isdigit():
-        raise InvalidDeviceError(f"{device_type!r} does not end in a device index")
-    return name, int(text)
+def _import_timeout() -> float:
+    text = os.environ.get(IMPORT_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_IMPORT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise InvalidArgumentError(f"{IMPORT_TIMEOUT_ENV}={text!r} is not a positive number")
+    return value
+
+
+def _import_isolated(entry_point: importlib.metadata.EntryPoint, timeout: float) -> str | None:
+    """Import an entry point's object on its own thread; return the error text, or None.
+
+    A thread bounds the wait (an import cannot be interrupted, so one that
+    overruns keeps running in the background, but its plugin is never used)
+    and catches ``SystemExit`` raised at import, which would end the process.
+    """
+    outcome: list[str | None] = []
+
+    def target() -> None:
+        try:
+            entry_point.load()
+        except BaseException as error:
+            outcome.append(_error_text(error))
+        else:
+            outcome.append(None)
+
+    worker = threading.Thread(target=target, name=f"hwrng-import-{entry_point.name}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        return f"TimeoutError: importing it took longer than {timeout:g} s ({IMPORT_TIMEOUT_ENV})"
+    return outcome[0]
+
+
+def _hook_errors(plugin: object, name: str) -> str | None:
+    """Register ``plugin`` in a scratch manager: the error pluggy would raise, or None."""
+    scratch = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    scratch.add_hookspecs(hookspecs)
+    try:
+        scratch.register(plugin, name=name)
+        scratch.check_pending()
+    except Exception as error:  # pluggy's validation errors, or a plugin's own
+        return _error_text(error)
+    return None
 
 
 class Registry:
@@ -194,69 +257,74 @@ class Registry:
         self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
         self._loaded = False
-        self._origins: dict[str, tuple[str | None, str | None]] = {}
         self._load_failures: list[BrokenPlugin] = []
         self._disabled: list[str] = []
-        self._cache: tuple[dict[str, list[_Provided]], list[BrokenPlugin]] | None = None
+        self._snapshot: _Snapshot | None = None
+        self._lock = threading.RLock()
 
     # -- loading --------------------------------------------------------------------
 
     def load(self) -> None:
         """Load the entry-point plugins; later calls do nothing."""
-        if self._loaded:
-            return
-        self._loaded = True
-        if self._group is None:
-            return
+        with self._lock:
+            if self._loaded:
+                return
+            self._loaded = True
+            if self._group is not None:
+                self._load_entry_points(self._group)
+            self._snapshot = None
+
+    def _load_entry_points(self, group: str) -> None:
+        entry_points = sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name)
         disabled = {
             name.strip() for name in os.environ.get(DISABLE_ENV, "").split(",") if name.strip()
         }
-        for entry_point in sorted(
-            importlib.metadata.entry_points(group=self._group), key=lambda ep: ep.name
-        ):
-            dist = getattr(entry_point, "dist", None)
-            dist_name = dist.metadata["Name"] if dist is not None else None
-            dist_version = dist.version if dist is not None else None
+        names = {entry_point.name for entry_point in entry_points}
+        unknown = sorted(disabled - names)
+        if unknown:
+            warnings.warn(
+                f"{DISABLE_ENV} names {', '.join(map(repr, unknown))}, which no installed "
+                f"plugin is called (installed: {', '.join(sorted(names)) or 'none'})",
+                HwrngWarning,
+                stacklevel=4,
+            )
+        timeout = _import_timeout()
+        for entry_point in entry_points:
+            distribution, version = _distribution_of(entry_point)
             if entry_point.name in disabled:
-                self._disabled.append(entry_point.name)
+                if entry_point.name not in self._disabled:
+                    self._pm.set_blocked(entry_point.name)
+                    self._disabled.append(entry_point.name)
                 continue
-            try:
-                plugin = entry_point.load()
-            except Exception as error:  # a plugin's import may fail in any way
+            failure = _import_isolated(entry_point, timeout)
+            stage: FailureStage = "import"
+            if failure is None:
+                stage, failure = "register", _hook_errors(entry_point.load(), entry_point.name)
+            if failure is not None:
+                self._pm.set_blocked(entry_point.name)
                 self._load_failures.append(
-                    BrokenPlugin(
-                        entry_point.name, "import", _error_text(error), dist_name, dist_version
-                    )
+                    BrokenPlugin(entry_point.name, stage, failure, distribution, version)
                 )
+        self._pm.load_setuptools_entrypoints(group)
+        registered = {
+            (self._pm.get_name(plugin), dist.project_name)
+            for plugin, dist in self._pm.list_plugin_distinfo()
+        }
+        for entry_point in entry_points:
+            distribution, version = _distribution_of(entry_point)
+            if self._pm.is_blocked(entry_point.name) or (
+                (entry_point.name, distribution) in registered
+            ):
                 continue
-            self._register(plugin, entry_point.name, dist_name, dist_version)
-        self._cache = None
-
-    def _register(
-        self, plugin: object, name: str, distribution: str | None, version: str | None
-    ) -> None:
-        if self._pm.has_plugin(name):
             self._load_failures.append(
                 BrokenPlugin(
-                    name,
+                    entry_point.name,
                     "register",
-                    f"ValueError: a plugin named {name!r} is already registered",
+                    f"ValueError: a plugin named {entry_point.name!r} is already registered",
                     distribution,
                     version,
                 )
             )
-            return
-        try:
-            self._pm.register(plugin, name=name)
-            self._pm.check_pending()
-        except Exception as error:  # pluggy validation errors, or a duplicate object
-            if self._pm.has_plugin(name):
-                self._pm.unregister(name=name)
-            self._load_failures.append(
-                BrokenPlugin(name, "register", _error_text(error), distribution, version)
-            )
-            return
-        self._origins[name] = (distribution, version)
 
     def register_plugin(self, plugin: object, name: str | None = None) -> str:
         """Register an in-process plugin and return the name it was registered under.
@@ -271,23 +339,24 @@ class Registry:
         Raises
         ------
         ValueError
-            If the name or the object is already registered, or the object's
-            hooks do not match the specifications.
+            If the name or the object is already registered.
+        pluggy.PluginValidationError
+            If the object's hooks do not match the specifications.
         """
-        self.load()
-        chosen = name or self._pm.get_canonical_name(plugin)
-        if self._pm.has_plugin(chosen):
-            raise ValueError(f"a hwrng plugin named {chosen!r} is already registered")
-        try:
-            self._pm.register(plugin, name=chosen)
-            self._pm.check_pending()
-        except Exception:  # leave nothing half-registered behind
+        with self._lock:
+            self.load()
+            chosen = name or self._pm.get_canonical_name(plugin)
             if self._pm.has_plugin(chosen):
-                self._pm.unregister(name=chosen)
-            raise
-        self._origins[chosen] = (None, None)
-        self._cache = None
-        return chosen
+                raise ValueError(f"a hwrng plugin named {chosen!r} is already registered")
+            try:
+                self._pm.register(plugin, name=chosen)
+                self._pm.check_pending()
+            except Exception:  # leave nothing half-registered behind
+                if self._pm.has_plugin(chosen):
+                    self._pm.unregister(name=chosen)
+                raise
+            self._snapshot = None
+            return chosen
 
     def unregister_plugin(self, plugin: object | str) -> None:
         """Unregister a plugin given by name or by the object that was registered.
@@ -297,19 +366,17 @@ class Registry:
         ValueError
             If no such plugin is registered.
         """
-        self.load()
-        if isinstance(plugin, str):
-            if not self._pm.has_plugin(plugin):
-                raise ValueError(f"no hwrng plugin named {plugin!r} is registered")
-            self._pm.unregister(name=plugin)
-            self._origins.pop(plugin, None)
-        else:
-            name = self._pm.get_name(plugin)
-            if name is None:
-                raise ValueError(f"{plugin!r} is not a registered hwrng plugin")
-            self._pm.unregister(plugin)
-            self._origins.pop(name, None)
-        self._cache = None
+        with self._lock:
+            self.load()
+            if isinstance(plugin, str):
+                if not self._pm.has_plugin(plugin):
+                    raise ValueError(f"no hwrng plugin named {plugin!r} is registered")
+                self._pm.unregister(name=plugin)
+            else:
+                if self._pm.get_name(plugin) is None:
+                    raise ValueError(f"{plugin!r} is not a registered hwrng plugin")
+                self._pm.unregister(plugin)
+            self._snapshot = None
 
     @property
     def disabled_plugins(self) -> list[str]:
@@ -319,52 +386,51 @@ class Registry:
 
     @property
     def plugin_manager(self) -> pluggy.PluginManager:
-        """The underlying :class:`pluggy.PluginManager` (for inspection)."""
+        """The underlying :class:`pluggy.PluginManager` (for inspection and other hooks)."""
         self.load()
         return self._pm
 
     # -- collecting platforms -------------------------------------------------------
 
-    def _collect(self) -> tuple[dict[str, list[_Provided]], list[BrokenPlugin]]:
-        self.load()
-        if self._cache is not None:
-            return self._cache
-        provided: dict[str, list[_Provided]] = {}
-        broken = list(self._load_failures)
-        for impl in self._pm.hook.hwrng_platforms.get_hookimpls():
-            distribution, version = self._origins.get(impl.plugin_name, (None, None))
-            try:
-                answer = impl.function()
-                if not isinstance(answer, Iterable) or isinstance(answer, (str, Platform)):
-                    raise TypeError(
-                        f"hwrng_platforms() must return a sequence of platforms, got {answer!r}"
+    def _origins(self) -> dict[str, tuple[str, str]]:
+        return {
+            str(self._pm.get_name(plugin)): (dist.project_name, str(dist.version))
+            for plugin, dist in self._pm.list_plugin_distinfo()
+        }
+
+    def _collect(self) -> _Snapshot:
+        with self._lock:
+            self.load()
+            if self._snapshot is not None:
+                return self._snapshot
+            snapshot = _Snapshot(broken=list(self._load_failures))
+            origins = self._origins()
+            for impl in self._pm.hook.hwrng_platforms.get_hookimpls():
+                distribution, version = origins.get(impl.plugin_name, (None, None))
+                try:
+                    platforms = _platforms_from(impl.function())
+                except (Exception, SystemExit) as error:  # a plugin's hook may fail in any way
+                    snapshot.broken.append(
+                        BrokenPlugin(
+                            impl.plugin_name, "hook", _error_text(error), distribution, version
+                        )
                     )
-                platforms = list(answer)
-                for candidate in platforms:
-                    _check_platform(candidate)
-            except Exception as error:  # a plugin's hook may fail in any way
-                broken.append(
-                    BrokenPlugin(
-                        impl.plugin_name, "hook", _error_text(error), distribution, version
+                    continue
+                for platform in platforms:
+                    snapshot.provided.setdefault(platform.name, []).append(
+                        _Provided(platform, impl.plugin_name, distribution, version)
                     )
-                )
-                continue
-            for platform in platforms:
-                assert isinstance(platform, Platform)  # checked above
-                provided.setdefault(platform.name, []).append(
-                    _Provided(platform, impl.plugin_name, distribution, version)
-                )
-        self._cache = (provided, broken)
-        return self._cache
+            self._snapshot = snapshot
+            return snapshot
 
     def names(self) -> list[str]:
         """Return the sorted names of every registered platform."""
-        return sorted(self._collect()[0])
+        return sorted(self._collect().provided)
 
     @property
     def broken_plugins(self) -> list[BrokenPlugin]:
         """Plugins that failed to import, register or answer their hook."""
-        return list(self._collect()[1])
+        return list(self._collect().broken)
 
     # -- answering ------------------------------------------------------------------
 
@@ -376,8 +442,8 @@ class Registry:
         device_type
             A platform name (``"cuda"``), a device string (``"cuda:1"``), a
             :class:`torch.device`, or ``None``. With ``None``, the platform named
-            by ``HWRNG_BACKEND`` if set, else the available platform of highest
-            priority.
+            by ``HWRNG_BACKEND`` if set (a device string such as ``cuda:1`` has
+            its index checked too), else the available platform of highest priority.
 
         Raises
         ------
@@ -391,15 +457,22 @@ class Registry:
         AmbiguousBackendError
             Auto-selection found a tie at the highest priority.
         InvalidDeviceError
-            A device index the platform does not have (``"cuda:7"`` with 2 GPUs).
+            A device index the platform does not have (``"cuda:7"`` with 2 GPUs),
+            or a device string that names no platform (``":0"``).
+        InvalidArgumentError
+            ``device_type`` is neither a name, a device nor ``None``.
         """
-        provided, _ = self._collect()
+        provided = self._collect().provided
         if device_type is None:
             forced = os.environ.get(BACKEND_ENV, "").strip()
-            if forced:
-                return self._named(_parse_device(forced)[0], provided)
-            return self._auto(provided)
-        name, index = _parse_device(device_type)
+            if not forced:
+                return self._auto(provided)
+            try:
+                name, index = parse_device(forced)
+            except HwrngError as error:
+                raise type(error)(f"{BACKEND_ENV}={forced!r}: {error}") from None
+        else:
+            name, index = parse_device(device_type)
         platform = self._named(name, provided)
         if index is not None:
             platform.device_index(index)  # refuse "cuda:7" on a machine with fewer devices
@@ -413,7 +486,9 @@ class Registry:
         if len(providers) > 1:
             raise DuplicateBackendError(name, [p.describe() for p in providers])
         platform = providers[0].platform
-        platform.require_available()
+        reason = _safe_reason(platform)
+        if reason is not None:
+            raise BackendUnavailableError(name, reason)
         return platform
 
     @staticmethod
@@ -447,11 +522,12 @@ class Registry:
         (never one that is unsafe to import here; see
         :meth:`DeviceModulePlatform.import_blocker`).
         """
-        provided, broken = self._collect()
+        snapshot = self._collect()
         rows: list[PlatformInfo] = []
-        for name, providers in sorted(provided.items()):
+        for name, providers in sorted(snapshot.provided.items()):
             for entry in providers:
                 platform = entry.platform
+                status: PlatformStatus
                 reason: str | None
                 if len(providers) > 1:
                     others = [p.describe() for p in providers if p is not entry]
@@ -484,34 +560,52 @@ class Registry:
                 distribution=failure.distribution,
                 version=failure.version,
             )
-            for failure in broken
+            for failure in snapshot.broken
         )
         return rows
+
+
+def _distribution_of(entry_point: importlib.metadata.EntryPoint) -> tuple[str | None, str | None]:
+    dist = getattr(entry_point, "dist", None)
+    if dist is None:
+        return None, None
+    return dist.metadata["Name"], dist.version
+
+
+def _platforms_from(answer: object) -> list[Platform]:
+    if not isinstance(answer, Iterable) or isinstance(answer, (str, Platform)):
+        raise TypeError(f"hwrng_platforms() must return a sequence of platforms, got {answer!r}")
+    platforms = list(answer)
+    for candidate in platforms:
+        _check_platform(candidate)
+    return platforms
 
 
 def _safe_reason(platform: Platform) -> str | None:
     try:
         return platform.unavailable_reason()
-    except Exception as error:  # a third-party probe must not break the listing
+    except (Exception, SystemExit) as error:  # a third-party probe must not break the listing
         return f"unavailable_reason() raised {_error_text(error)}"
 
 
 def _safe_count(platform: Platform) -> int:
     try:
         return platform.device_count()
-    except Exception:  # a third-party probe must not break the listing
+    except (Exception, SystemExit):  # a third-party probe must not break the listing
         return 0
 
 
 _default: Registry | None = None
+_default_lock = threading.Lock()
 
 
 def default_registry() -> Registry:
     """Return the process-wide registry, creating it on first use."""
     global _default
-    if _default is None:
-        _default = Registry()
-    return _default
+    with _default_lock:
+        if _default is None:
+            _default = Registry()
+        return _default
 
 
 def get_platform(device_type: str | torch.device | None = None) -> Platform:

@@ -26,15 +26,60 @@ from typing import Any, ClassVar, TypeAlias
 import torch
 import torch.distributed as dist
 
-from hwrng.counters import CounterView, PhiloxCounter
-from hwrng.errors import BackendUnavailableError, InvalidDeviceError
-from hwrng.validation import apply_state, check_offset, check_seed, check_state_tensor
+from hwrng._counters import CounterView, PhiloxCounter
+from hwrng._exceptions import (
+    BackendUnavailableError,
+    DistributedError,
+    InvalidArgumentError,
+    InvalidDeviceError,
+)
+from hwrng._validation import apply_state, check_offset, check_seed, check_state_tensor
 
-__all__ = ["DeviceLike", "DeviceModulePlatform", "Platform"]
+__all__ = ["DeviceLike", "DeviceModulePlatform", "Platform", "parse_device"]
 
 #: How a device may be named: an index, ``"cuda:1"``, a :class:`torch.device`,
 #: or ``None`` for the platform's current device.
 DeviceLike: TypeAlias = "int | str | torch.device | None"
+
+
+def _is_torch_device_type(name: str) -> bool:
+    try:
+        torch.device(name)
+    except (RuntimeError, TypeError):
+        return False
+    return True
+
+
+def parse_device(device: str | torch.device) -> tuple[str, int | None]:
+    """Split ``"cuda:1"`` or ``torch.device("cuda", 1)`` into ``("cuda", 1)``.
+
+    The one parser of device strings: the registry reads ``HWRNG_BACKEND`` and
+    ``get_platform``'s argument with it, platforms read device names with it.
+
+    Raises
+    ------
+    InvalidDeviceError
+        For a string that names no device type, or ends in something that is
+        not a device index.
+    InvalidArgumentError
+        For anything that is neither a string nor a :class:`torch.device`.
+    """
+    if isinstance(device, torch.device):
+        index: int | None = device.index
+        return device.type, index
+    if not isinstance(device, str):
+        raise InvalidArgumentError(
+            f"a device must be a name or a torch.device, got {type(device).__name__}"
+        )
+    name, sep, text = device.partition(":")
+    name = name.strip()
+    if not name:
+        raise InvalidDeviceError(f"empty backend name in {device!r} (expected e.g. 'cuda:0')")
+    if not sep:
+        return name, None
+    if not text.strip().isdigit():
+        raise InvalidDeviceError(f"{device!r} does not end in a device index")
+    return name, int(text)
 
 
 class Platform(abc.ABC):
@@ -150,17 +195,15 @@ class Platform(abc.ABC):
                     f"device must be an index, a device name or a torch.device, got {device!r}"
                 ) from None
         else:
-            try:
-                parsed = torch.device(device)
-            except (RuntimeError, TypeError) as error:
-                raise InvalidDeviceError(f"{device!r} is not a device: {error}") from None
-            if parsed.type != self.device_type:
+            device_type, parsed_index = parse_device(device)
+            if device_type != self.device_type:
+                known = _is_torch_device_type(device_type)
+                what = f"a {device_type} device" if known else "not a device"
                 raise InvalidDeviceError(
-                    f"device {device!r} is a {parsed.type} device; the {self.name} platform "
+                    f"device {device!r} is {what}; the {self.name} platform "
                     f"manages {self.device_type} devices"
                 )
-            parsed_index: int | None = parsed.index  # None for "cuda" without an index
-            if parsed_index is None:
+            if parsed_index is None:  # "cuda" without an index
                 return self.current_device()
             index = parsed_index
         count = self.device_count()
@@ -209,13 +252,13 @@ class Platform(abc.ABC):
             If ``seed`` is not an integer in ``[0, 2**64)``; nothing is seeded.
         """
         value = check_seed(seed)
-        self.counter.write(self.generator(device), value, 0)
+        self.position(self.generator(device), value, 0)
 
     def manual_seed_all(self, seed: int) -> None:
         """Seed the default generator of every device of this platform with ``seed``."""
         value = check_seed(seed)
         for index in range(self.device_count()):
-            self.counter.write(self.generator(index), value, 0)
+            self.position(self.generator(index), value, 0)
 
     # -- counter view ---------------------------------------------------------------
 
@@ -261,7 +304,53 @@ class Platform(abc.ABC):
         checked = self.check_generator(generator)
         seed_value = check_seed(seed)
         offset_value = check_offset(offset)
-        self.counter.write(checked, seed_value, offset_value)
+        self.position(checked, seed_value, offset_value)
+
+    def position(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Put ``generator`` at ``(seed, offset)`` without checking the arguments.
+
+        hwrng's own code calls this with values it has already checked or
+        computed; everyone else calls :meth:`set_seed_offset`, which checks.
+        """
+        self.counter.write(generator, seed, offset)
+
+    # -- named states ---------------------------------------------------------------
+    # A named state (RNGStatesTracker) is an opaque holder the platform makes and swaps
+    # in and out of a generator. The base keeps state tensors and copies them; a
+    # platform whose generators can swap state objects (CUDA's graph-safe states)
+    # overrides these four to swap without copying, which also works in graph capture.
+
+    def detached_state(self, generator: torch.Generator, seed: int) -> object:
+        """A new named state at ``(seed, 0)`` of ``generator``'s kind; ``generator`` stays as is."""
+        saved = generator.get_state()
+        try:
+            self.position(generator, seed, 0)
+            return generator.get_state()
+        finally:
+            generator.set_state(saved)
+
+    def swap_in(self, generator: torch.Generator, state: object) -> object:
+        """Make ``generator`` draw from ``state``; return a token that :meth:`swap_out` takes."""
+        assert isinstance(state, torch.Tensor)
+        previous = generator.get_state()
+        generator.set_state(state)
+        return previous
+
+    def swap_out(self, generator: torch.Generator, token: object) -> object:
+        """Undo :meth:`swap_in`: return the named state as it has advanced, restore ``token``."""
+        assert isinstance(token, torch.Tensor)
+        advanced = generator.get_state()
+        generator.set_state(token)
+        return advanced
+
+    def state_tensor(self, state: object) -> torch.Tensor:
+        """A CPU ``torch.uint8`` copy of a named state, for checkpoints."""
+        assert isinstance(state, torch.Tensor)
+        return state.clone()
+
+    def state_from_tensor(self, generator: torch.Generator, tensor: torch.Tensor) -> object:
+        """A named state from a tensor :meth:`state_tensor` made (checked by the caller)."""
+        return tensor.clone()
 
     # -- collectives and determinism ------------------------------------------------
 
@@ -275,13 +364,15 @@ class Platform(abc.ABC):
 
         Raises
         ------
-        RuntimeError
+        DistributedError
             If ``torch.distributed`` is not initialised.
         """
         if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"broadcast needs a torch.Tensor, got {type(tensor).__name__}")
+            raise InvalidArgumentError(
+                f"broadcast needs a torch.Tensor, got {type(tensor).__name__}"
+            )
         if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError(
+            raise DistributedError(
                 "torch.distributed is not initialised: call "
                 f"torch.distributed.init_process_group({self.dist_backend!r}) first"
             )

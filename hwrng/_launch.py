@@ -13,6 +13,12 @@ of a package or of a test module). If any rank raises, :meth:`run` raises
 :class:`WorkerError` with every failing rank's traceback; the pool is then
 stopped and restarts at the next :meth:`run`, so one failure cannot hang or
 poison later checks.
+
+The ranks meet through a ``TCPStore`` the parent hosts on 127.0.0.1, and gloo
+binds to the loopback interface, so a single-host pool never depends on the
+host name resolving to loopback and leaves no files behind. Ranks never
+outlive the parent: each watches its parent's pid and exits when it is gone
+(killed by SIGKILL, or by a SIGTERM it did not handle).
 """
 
 from __future__ import annotations
@@ -23,19 +29,23 @@ import datetime
 import multiprocessing
 import multiprocessing.connection
 import os
-import tempfile
+import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hwrng._exceptions import DistributedError
+
 __all__ = ["DistributedPool", "WorkerError"]
 
 _STOP = "stop"
+_PARENT_POLL_S = 0.25
 
 
-class WorkerError(RuntimeError):
+class WorkerError(DistributedError):
     """One or more ranks failed (or died, or timed out) while running a function."""
 
 
@@ -45,23 +55,49 @@ class _Failure:
     text: str
 
 
+def _loopback_interface() -> str | None:
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (OSError, AttributeError):
+        return None
+    return next((name for name in names if name.startswith("lo")), None)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Exit this rank as soon as its parent is gone (even while it waits in a collective)."""
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(70)
+            time.sleep(_PARENT_POLL_S)
+
+    threading.Thread(target=watch, name="hwrng-parent-watch", daemon=True).start()
+
+
 def _worker_main(
     *,
     rank: int,
     world_size: int,
-    init_file: str,
+    port: int,
+    parent_pid: int,
     backend: str,
     platform_name: str | None,
     timeout_s: float,
     connection: multiprocessing.connection.Connection,
 ) -> None:
+    _exit_with_parent(parent_pid)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    loopback = _loopback_interface()
+    if backend == "gloo" and loopback is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     os.environ["RANK"] = str(rank)
     os.environ["WORLD_SIZE"] = str(world_size)
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
         if platform_name is not None:
             import hwrng
@@ -69,12 +105,11 @@ def _worker_main(
             platform = hwrng.get_platform(platform_name)
             if platform.device_type != "cpu" and platform.device_count() > 0:
                 platform.device_handle.set_device(rank % platform.device_count())
+        store = dist.TCPStore(  # type: ignore[attr-defined]  # exported, untyped
+            "127.0.0.1", port, is_master=False, timeout=timeout
+        )
         dist.init_process_group(
-            backend,
-            init_method=f"file://{init_file}",
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
+            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
         )
         connection.send(("ready", None))
     except BaseException:
@@ -99,7 +134,7 @@ def _worker_main(
 
 
 class DistributedPool:
-    """``nproc`` processes in one ``torch.distributed`` process group.
+    """``nproc`` processes in one ``torch.distributed`` process group on this host.
 
     Parameters
     ----------
@@ -113,6 +148,8 @@ class DistributedPool:
     timeout
         Seconds a collective, or one :meth:`run`, may take before the ranks
         are considered hung.
+    progress
+        Called with a line of text as the ranks start (they take seconds).
     """
 
     def __init__(
@@ -122,16 +159,18 @@ class DistributedPool:
         backend: str = "gloo",
         platform: str | None = None,
         timeout: float = 120.0,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         if nproc < 1:
-            raise ValueError(f"nproc must be >= 1, got {nproc}")
+            raise DistributedError(f"nproc must be >= 1, got {nproc}")
         self.nproc = nproc
         self.backend = backend
         self.platform = platform
         self.timeout = timeout
+        self._progress = progress
         self._processes: list[Any] = []
         self._connections: list[multiprocessing.connection.Connection] = []
-        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        self._store: Any = None
 
     def __enter__(self) -> DistributedPool:
         self.start()
@@ -145,14 +184,27 @@ class DistributedPool:
         """Whether the ranks are started and usable."""
         return bool(self._processes)
 
+    def _say(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress(text)
+
     def start(self) -> None:
         """Start the ranks and wait until each has joined the process group."""
         if self.running:
             return
+        import torch.distributed as dist
+
         atexit.register(self.close)  # ranks are not daemons: never leave them behind
+        self._store = dist.TCPStore(  # type: ignore[attr-defined]  # exported, untyped
+            "127.0.0.1",
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=self.timeout),
+        )
         context = multiprocessing.get_context("spawn")
-        self._tmpdir = tempfile.TemporaryDirectory(prefix="hwrng-pool-")
-        init_file = os.path.join(self._tmpdir.name, "rendezvous")
+        self._say(f"starting {self.nproc} rank(s) on {self.backend} (rendezvous 127.0.0.1)")
+        started = time.monotonic()
         for rank in range(self.nproc):
             parent, child = context.Pipe()
             process = context.Process(
@@ -160,7 +212,8 @@ class DistributedPool:
                 kwargs={
                     "rank": rank,
                     "world_size": self.nproc,
-                    "init_file": init_file,
+                    "port": self._store.port,
+                    "parent_pid": os.getpid(),
                     "backend": self.backend,
                     "platform_name": self.platform,
                     "timeout_s": self.timeout,
@@ -174,10 +227,17 @@ class DistributedPool:
             child.close()
             self._processes.append(process)
             self._connections.append(parent)
-        failures = self._collect(lambda rank, status, payload: None, self.timeout + 60)
+        joined: list[int] = []
+
+        def report(rank: int, status: str, payload: Any) -> None:
+            joined.append(rank)
+            self._say(f"rank {rank} joined ({len(joined)}/{self.nproc})")
+
+        failures = self._collect(report, self.timeout + 60)
         if failures:
             self.close()
             raise WorkerError(self._describe("starting the pool", failures))
+        self._say(f"{self.nproc} rank(s) ready in {time.monotonic() - started:.1f} s")
 
     def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
         """Run ``function(*args, **kwargs)`` on every rank; return the results by rank.
@@ -261,7 +321,5 @@ class DistributedPool:
             connection.close()
         self._processes = []
         self._connections = []
+        self._store = None
         atexit.unregister(self.close)
-        if self._tmpdir is not None:
-            self._tmpdir.cleanup()
-            self._tmpdir = None

@@ -11,6 +11,14 @@ pytorch#5059.) What remains: data-parallel replicas share their seed, so their
 :data:`worker_init_fn` derives each worker's seeds with NumPy's
 ``SeedSequence`` from the worker's torch seed (which comes from the rank's
 seeded generator, and changes every epoch), the global rank and the worker id.
+
+The rank is bound where it is known. Workers started by ``spawn`` or
+``forkserver`` (the default on macOS and Windows, and what ``mp.spawn``-ed
+ranks use) receive the function pickled by their parent, which binds the
+parent's rank then; workers started by ``fork`` read the parent's
+``torch.distributed`` state, which they inherit. After a resume the rank's
+generator is restored, so the workers' seeds are those the uninterrupted run
+would have used.
 """
 
 from __future__ import annotations
@@ -18,14 +26,19 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import torch.utils.data
 
-from hwrng.counters import mersenne_state
+from hwrng._exceptions import MeshError, NestingError
+from hwrng._host import seed_host
+from hwrng._validation import check_index
 
 __all__ = ["WorkerInitFn", "WorkerSeeds", "worker_init_fn", "worker_seeds"]
+
+RANK_VARIABLES = ("RANK", "HWRNG_RANK")
 
 
 @dataclass(frozen=True)
@@ -71,10 +84,9 @@ def worker_seeds(base: int, rank: int, worker_id: int) -> WorkerSeeds:
     >>> worker_seeds(7, rank=0, worker_id=1) == worker_seeds(7, rank=1, worker_id=1)
     False
     """
-    for name, value in (("base", base), ("rank", rank), ("worker_id", worker_id)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    sequence = np.random.SeedSequence(entropy=base, spawn_key=(rank, worker_id))
+    entropy = check_index(base, "base")
+    spawn_key = (check_index(rank, "rank"), check_index(worker_id, "worker_id"))
+    sequence = np.random.SeedSequence(entropy=entropy, spawn_key=spawn_key)
     words = [int(word) for word in sequence.generate_state(10, dtype=np.uint32)]
     torch_seed = words[0] | words[1] << 32
     python_seed = words[2] | words[3] << 32 | words[4] << 64 | words[5] << 96
@@ -82,21 +94,22 @@ def worker_seeds(base: int, rank: int, worker_id: int) -> WorkerSeeds:
     return WorkerSeeds(torch_seed, python_seed, numpy_words)
 
 
-def _global_rank() -> int:
+def process_rank() -> int | None:
+    """The global rank of this process if known: torch.distributed's, ``RANK``, ``HWRNG_RANK``."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
-    for variable in ("RANK", "HWRNG_RANK"):
+    for variable in RANK_VARIABLES:
         value = os.environ.get(variable)
         if value is not None:
             try:
-                return int(value)
-            except ValueError:
-                raise ValueError(
+                return check_index(int(value), variable)
+            except (ValueError, MeshError):
+                raise MeshError(
                     f"environment variable {variable}={value!r} is not a rank"
                 ) from None
-    return 0
+    return None
 
 
 @dataclass(frozen=True)
@@ -106,11 +119,12 @@ class WorkerInitFn:
     Parameters
     ----------
     rank
-        The global rank of the process that owns the DataLoader; by default
-        detected in the worker: ``torch.distributed``'s rank if initialised
-        there, else the ``RANK`` (set by torchrun) or ``HWRNG_RANK``
-        environment variable, else 0. Pass it when workers are spawned by a
-        launcher that sets neither.
+        The global rank of the process that owns the DataLoader. By default it
+        is found where it is known: for ``spawn``/``forkserver`` workers, in the
+        parent when the DataLoader sends this function to them (torch.distributed's
+        rank if initialised there, else ``RANK`` or ``HWRNG_RANK``); for ``fork``
+        workers, from the parent's state they inherit. A parent with none of
+        these is a single process: rank 0.
 
     Examples
     --------
@@ -120,14 +134,18 @@ class WorkerInitFn:
 
     rank: int | None = None
 
+    def __reduce__(self) -> tuple[Any, tuple[int | None]]:
+        # Pickled in the parent (spawn/forkserver workers): bind the rank known there.
+        return (WorkerInitFn, (self.rank if self.rank is not None else process_rank(),))
+
     def __call__(self, worker_id: int) -> None:
         """Seed the calling DataLoader worker."""
         info = torch.utils.data.get_worker_info()
         if info is None:
-            raise RuntimeError("worker_init_fn must run inside a DataLoader worker process")
-        rank = _global_rank() if self.rank is None else self.rank
-        seeds = worker_seeds(info.seed, rank, worker_id)
-        torch.default_generator.set_state(mersenne_state(seeds.torch_seed, 0))
+            raise NestingError("worker_init_fn must run inside a DataLoader worker process")
+        rank = self.rank if self.rank is not None else process_rank()
+        seeds = worker_seeds(info.seed, 0 if rank is None else rank, worker_id)
+        seed_host(seeds.torch_seed)
         random.seed(seeds.python_seed)
         np.random.seed(np.array(seeds.numpy_words, dtype=np.uint32))
 

@@ -1,0 +1,82 @@
+"""``hwrng conformance``: the suite's command, added to ``hwrng`` through a plugin hook.
+
+This module is what the ``hwrng`` entry point named ``conformance`` loads. It
+imports neither pytest nor the suite: they load when the command runs, so
+``hwrng --help`` stays fast and a missing ``conformance`` extra is one clear
+line rather than a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from typing import Any
+
+import hwrng
+
+__all__ = ["MIN_NPROC", "hwrng_register_commands", "run_command"]
+
+#: The multi-process rules need at least this many ranks.
+MIN_NPROC = 2
+
+
+class MissingExtraError(hwrng.HwrngError, RuntimeError):
+    """The ``conformance`` extra (pytest) is not installed."""
+
+
+class BackendOptionError(hwrng.BackendError):
+    """A ``--backend`` names no usable platform."""
+
+
+def _nproc(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < MIN_NPROC:
+        raise argparse.ArgumentTypeError(
+            f"must be >= {MIN_NPROC}: the multi-process rules need at least {MIN_NPROC} ranks "
+            f"(got {value})"
+        )
+    return value
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Check the arguments, then run the suite (see :func:`hwrng_conformance.runner.run`)."""
+    if importlib.util.find_spec("pytest") is None:
+        raise MissingExtraError(
+            "the conformance suite needs pytest: pip install 'hwrng[conformance]'"
+        )
+    names: list[str] = list(dict.fromkeys(args.backend or []))
+    for name in names:
+        try:
+            hwrng.get_platform(name)
+        except hwrng.BackendError as error:
+            raise BackendOptionError(f"--backend {name}: {error}") from None
+    from hwrng_conformance.runner import run_conformance
+
+    return run_conformance(names, nproc=args.nproc, extra=args.pytest_args)
+
+
+@hwrng.hookimpl
+def hwrng_register_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
+    """Add ``hwrng conformance``."""
+    command = subcommands.add_parser(
+        "conformance", help="run the conformance suite against a backend on this machine"
+    )
+    command.add_argument(
+        "--backend",
+        action="append",
+        metavar="NAME",
+        help="backend to check (repeatable; default: every available backend)",
+    )
+    command.add_argument(
+        "--nproc",
+        type=_nproc,
+        default=None,
+        help=f"processes for the multi-process rules (default 4, at least {MIN_NPROC})",
+    )
+    command.add_argument(
+        "pytest_args", nargs=argparse.REMAINDER, help="after --: extra arguments for pytest"
+    )
+    command.set_defaults(func=run_command)

@@ -1,0 +1,120 @@
+"""Counter views: a generator seen as a ``(seed, offset)`` pair.
+
+hwrng's sharded-random-op logic is written against one model of a generator:
+a seed, and an offset counted in the units of a counter-based (Philox)
+generator, in multiples of 4. What hwrng relies on is only this: the same
+``(seed, offset)`` gives the same draws, and different offsets give different
+draws. It never assumes that offsets are positions in one sequence (on Ascend
+NPUs each offset selects an independent stream).
+
+:class:`PhiloxCounter` serves generators with a native counter (CUDA, NPU,
+XPU, ...); :class:`hwrng.MersenneCounter` (in ``_host``) emulates the view for
+torch's Mersenne-Twister CPU generator.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+import torch
+
+from hwrng._exceptions import InvalidStateError
+
+__all__ = ["U64", "CounterView", "PhiloxCounter"]
+
+U64 = (1 << 64) - 1
+
+
+class CounterView(abc.ABC):
+    """How a platform reads and positions a generator as ``(seed, offset)``.
+
+    Implementations receive values already checked by the :class:`~hwrng.Platform`
+    that calls them: a generator of the platform's device type, a seed in
+    ``[0, 2**64)`` and an offset that is a multiple of 4 in ``[0, 2**63)``.
+    """
+
+    @abc.abstractmethod
+    def read(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return the ``(seed, offset)`` the generator will draw from next.
+
+        An emulated view may move the generator to the position it reports
+        (see :class:`~hwrng.MersenneCounter`), so that the pair determines the
+        next draws.
+        """
+
+    def peek(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return what :meth:`read` would, without changing the generator in any way.
+
+        For native counters the two are the same; hwrng's own checks use this
+        one, so that a call refused after reading has changed nothing.
+        """
+        return self.read(generator)
+
+    @abc.abstractmethod
+    def write(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Position the generator at ``(seed, offset)``.
+
+        Afterwards :meth:`read` returns ``(seed, offset)`` and the next draws are
+        fully determined by the pair. ``write(g, s, 0)`` must seed exactly as the
+        platform's ``manual_seed(s)`` does.
+        """
+
+
+class PhiloxCounter(CounterView):
+    """Counter view of a generator with a native Philox ``(seed, offset)`` counter.
+
+    Uses ``Generator.initial_seed``, ``manual_seed``, ``get_offset`` and
+    ``set_offset``, all host-side operations: on CUDA none of them synchronises
+    with the device or copies state through device memory. Generators that lack
+    the offset API but keep the 16-byte ``(uint64 seed, int64 offset)`` state of
+    CUDA and Ascend NPU are read and written through that state instead.
+    """
+
+    STATE_BYTES = 16
+
+    def __init__(self) -> None:
+        self._has_offset_api: dict[str, bool] = {}
+
+    def _native(self, generator: torch.Generator) -> bool:
+        device_type = generator.device.type
+        known = self._has_offset_api.get(device_type)
+        if known is not None:
+            return known
+        try:
+            generator.get_offset()
+        except AttributeError:  # no such method: it will never have one
+            self._has_offset_api[device_type] = False
+            return False
+        except (RuntimeError, NotImplementedError):  # unsupported, or not now (graph capture)
+            return False
+        self._has_offset_api[device_type] = True
+        return True
+
+    def _layout_state(self, generator: torch.Generator) -> torch.Tensor:
+        state = generator.get_state()
+        if state.numel() != self.STATE_BYTES:
+            raise InvalidStateError(
+                f"the {generator.device} generator has no offset API and a "
+                f"{state.numel()}-byte state, not the 16-byte (seed, offset) Philox layout; "
+                "its platform must provide its own CounterView"
+            )
+        return state
+
+    def read(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return the generator's ``(seed, offset)``."""
+        if self._native(generator):
+            return generator.initial_seed() & U64, int(generator.get_offset())
+        words = self._layout_state(generator).numpy().view(np.uint64)
+        return int(words[0]), int(words[1])
+
+    def write(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Seed the generator with ``seed`` and move it to ``offset``."""
+        if self._native(generator):
+            generator.manual_seed(seed)
+            if offset:
+                generator.set_offset(offset)
+            return
+        self._layout_state(generator)
+        packed = np.array([seed, offset], dtype=np.uint64).view(np.uint8)
+        generator.set_state(torch.from_numpy(packed.copy()))

@@ -1,0 +1,210 @@
+"""Every exception hwrng raises on purpose, and the one warning class.
+
+Each error derives from :class:`HwrngError` and from the built-in exception a
+Python user would already catch, so ``except ValueError`` keeps working::
+
+    HwrngError
+    ├── InvalidArgumentError   (TypeError)    an argument of the wrong kind
+    ├── InvalidSeedError       (ValueError)   a seed outside [0, 2**64)
+    ├── InvalidOffsetError     (ValueError)   an offset < 0, >= 2**63 or not a multiple of 4
+    ├── InvalidDeviceError     (ValueError)   a device or generator the platform does not manage
+    ├── InvalidStateError      (ValueError)   an RNG state of the wrong kind, size or contents
+    ├── MeshError              (ValueError)   an unusable mesh, dim, coordinate, placement, group
+    ├── TrackerError           (ValueError)   a named-state name or seed clash
+    │   └── UnknownStateError  (KeyError)     a named state that is not tracked
+    ├── NestingError           (RuntimeError) a context entered where it cannot be
+    ├── DistributedError       (RuntimeError) torch.distributed not set up as the call needs
+    ├── CheckpointError        (ValueError)   a saved RNG state that cannot be restored here
+    ├── VerificationError      (RuntimeError) hwrng.verify found streams breaking the plan
+    ├── DTensorHookError       (RuntimeError) torch's DTensor hook is not the one hwrng fits
+    └── BackendError                          choosing a backend failed
+        ├── BackendNotFoundError    (LookupError)
+        ├── BackendUnavailableError (RuntimeError)
+        ├── DuplicateBackendError   (LookupError)
+        └── AmbiguousBackendError   (LookupError)
+
+:class:`HwrngWarning` marks what hwrng reports without refusing (a misspelt
+plugin name in ``HWRNG_DISABLE_PLUGINS``, a resume that re-seeded instead of
+restoring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = [
+    "AmbiguousBackendError",
+    "BackendError",
+    "BackendNotFoundError",
+    "BackendUnavailableError",
+    "CheckpointError",
+    "DTensorHookError",
+    "DistributedError",
+    "DuplicateBackendError",
+    "HwrngError",
+    "HwrngWarning",
+    "InvalidArgumentError",
+    "InvalidDeviceError",
+    "InvalidOffsetError",
+    "InvalidSeedError",
+    "InvalidStateError",
+    "MeshError",
+    "NestingError",
+    "TrackerError",
+    "UnknownStateError",
+    "VerificationError",
+]
+
+
+class HwrngError(Exception):
+    """Base class of every error hwrng raises on purpose."""
+
+
+class HwrngWarning(UserWarning):
+    """Something hwrng did not refuse but that a user should know about."""
+
+
+class InvalidArgumentError(HwrngError, TypeError):
+    """An argument is of the wrong kind (a flag that is not ``True``/``False``, ...)."""
+
+
+class InvalidSeedError(HwrngError, ValueError):
+    """A seed is not an integer in ``[0, 2**64)``."""
+
+
+class InvalidOffsetError(HwrngError, ValueError):
+    """A generator offset is negative, too large, or not a multiple of 4."""
+
+
+class InvalidDeviceError(HwrngError, ValueError):
+    """A device or generator does not belong to the platform, or is out of range."""
+
+
+class InvalidStateError(HwrngError, ValueError):
+    """An RNG state tensor has the wrong type, dtype, device, shape, size or contents."""
+
+
+class MeshError(HwrngError, ValueError):
+    """A device mesh, its dims, a coordinate, a placement or a process group is unusable."""
+
+
+class TrackerError(HwrngError, ValueError):
+    """A named-state name or seed is already tracked, or a name or state is unusable."""
+
+
+class UnknownStateError(TrackerError, KeyError):
+    """A state name that was never added (or was reset) was asked for."""
+
+    def __str__(self) -> str:
+        # KeyError quotes its message; an error message should read as a sentence.
+        return str(self.args[0]) if self.args else ""
+
+
+class NestingError(HwrngError, RuntimeError):
+    """A context was entered where it cannot be: nested on one generator, or while forked."""
+
+
+class DistributedError(HwrngError, RuntimeError):
+    """``torch.distributed`` is not available or not initialised as the call needs."""
+
+
+class CheckpointError(HwrngError, ValueError):
+    """A saved RNG state cannot be restored here; the message names what differs."""
+
+
+class VerificationError(HwrngError, RuntimeError):
+    """:func:`hwrng.verify` found streams that break the seed plan.
+
+    Attributes
+    ----------
+    report
+        The :class:`~hwrng.VerifyReport` with every failing stream, rank and coordinate.
+    """
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class DTensorHookError(HwrngError, RuntimeError):
+    """The installed torch's DTensor RNG hook is not the one hwrng's adapter fits."""
+
+
+class BackendError(HwrngError):
+    """Base class of the errors about selecting a backend (a platform)."""
+
+
+class BackendNotFoundError(BackendError, LookupError):
+    """No registered plugin provides a platform of the requested name.
+
+    Parameters
+    ----------
+    name
+        The platform name that was asked for.
+    known
+        The names of every platform that is registered.
+    """
+
+    def __init__(self, name: str, known: Iterable[str]) -> None:
+        self.name = name
+        self.known = sorted(known)
+        listed = ", ".join(self.known) if self.known else "none"
+        super().__init__(f"no hwrng backend named {name!r}; known backends: {listed}")
+
+
+class BackendUnavailableError(BackendError, RuntimeError):
+    """A platform is registered but cannot run on this machine.
+
+    Parameters
+    ----------
+    name
+        The platform name.
+    reason
+        Why it is unavailable, in words a user can act on.
+    """
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"hwrng backend {name!r} is unavailable: {reason}")
+
+
+class DuplicateBackendError(BackendError, LookupError):
+    """Two or more plugins provide a platform of the same name.
+
+    Parameters
+    ----------
+    name
+        The contested platform name.
+    providers
+        A description of each plugin that claims it.
+    """
+
+    def __init__(self, name: str, providers: Iterable[str]) -> None:
+        self.name = name
+        self.providers = list(providers)
+        super().__init__(
+            f"hwrng backend {name!r} is provided by more than one plugin: "
+            f"{' and '.join(self.providers)}; uninstall one, or leave one out with "
+            "HWRNG_DISABLE_PLUGINS=<plugin name>"
+        )
+
+
+class AmbiguousBackendError(BackendError, LookupError):
+    """Auto-selection found several available platforms of the same, highest priority.
+
+    Parameters
+    ----------
+    names
+        The tied platform names.
+    priority
+        Their common priority.
+    """
+
+    def __init__(self, names: Iterable[str], priority: int) -> None:
+        self.names = sorted(names)
+        self.priority = priority
+        super().__init__(
+            f"cannot choose a backend: {', '.join(self.names)} are all available with "
+            f"priority {priority}; name one, e.g. HWRNG_BACKEND={self.names[0]}"
+        )

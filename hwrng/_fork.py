@@ -1,0 +1,137 @@
+"""``fork_rng`` and ``isolate_rng``: run code, then put RNG state back as it was.
+
+:func:`fork_rng` forks torch's generators (the CPU one and the platform's
+device generators), like :func:`torch.random.fork_rng`. :func:`isolate_rng`
+forks those and Python's ``random`` and NumPy's global generator, like
+Lightning's ``isolate_rng``. Neither touches named states
+(:class:`~hwrng.RNGStatesTracker` keeps those itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from hwrng._claims import claim
+from hwrng._exceptions import InvalidDeviceError
+from hwrng._host import HOST_COUNTER, host_generator
+from hwrng._platform import DeviceLike, Platform
+from hwrng._registry import resolve_platform
+from hwrng._validation import check_flag
+
+__all__ = ["fork_rng", "isolate_rng"]
+
+
+def _device_indices(platform: Platform, devices: Iterable[DeviceLike] | None) -> list[int]:
+    if devices is None:
+        return [platform.current_device()]
+    if isinstance(devices, (str, torch.device)) or not isinstance(devices, Iterable):
+        raise InvalidDeviceError(
+            f"devices must be a list of devices, such as [{devices!r}], got {devices!r}"
+        )
+    return sorted({platform.device_index(device) for device in devices})
+
+
+@contextlib.contextmanager
+def _forked_generators(platform: Platform, indices: list[int]) -> Iterator[None]:
+    host = host_generator()
+    # A device whose default generator is the host generator is covered by the host.
+    devices = [(i, g) for i in indices if (g := platform.generator(i)) is not host]
+    with claim(host, *(g for _, g in devices)):
+        host_state = host.get_state()
+        host_reading = HOST_COUNTER.export(host)
+        device_states = [(i, platform.get_rng_state(i)) for i, _ in devices]
+        try:
+            yield
+        finally:
+            host.set_state(host_state)
+            HOST_COUNTER.restore(host, host_reading)
+            for index, state in device_states:
+                platform.set_rng_state(state, index)
+
+
+@contextlib.contextmanager
+def fork_rng(
+    devices: Iterable[DeviceLike] | None = None,
+    *,
+    platform: Platform | str | None = None,
+    enabled: bool = True,
+) -> Iterator[None]:
+    """Fork torch's CPU generator and device generators; restore them on exit.
+
+    Exactly these come back when the block ends, whether it returns or raises:
+    torch's CPU generator and the default generators of ``devices``. Python's
+    ``random`` and NumPy are not forked (:func:`isolate_rng` forks them too),
+    nor are named states. States are copied as CPU tensors only, never through
+    device memory.
+
+    Parameters
+    ----------
+    devices
+        The devices of ``platform`` whose default generators to fork. By
+        default only the platform's current device: unlike
+        :func:`torch.random.fork_rng`, which forks every visible device (and
+        warns when there are many), hwrng forks what a rank normally uses.
+        Pass ``range(platform.device_count())`` to fork them all.
+    platform
+        A :class:`~hwrng.Platform`, a platform name, or ``None`` for
+        :func:`hwrng.get_platform`'s choice.
+    enabled
+        ``False`` makes the context manager do nothing, to switch forking off
+        without re-indenting code.
+
+    Raises
+    ------
+    InvalidDeviceError
+        If a device is not one of the platform's (checked before anything is saved).
+
+    Examples
+    --------
+    >>> import torch, hwrng
+    >>> with hwrng.fork_rng(platform="cpu"):
+    ...     _ = torch.rand(3)  # draws here do not move the generators outside
+    """
+    if not check_flag(enabled, "enabled"):
+        yield
+        return
+    resolved = resolve_platform(platform)
+    with _forked_generators(resolved, _device_indices(resolved, devices)):
+        yield
+
+
+@contextlib.contextmanager
+def isolate_rng(
+    devices: Iterable[DeviceLike] | None = None, *, platform: Platform | str | None = None
+) -> Iterator[None]:
+    """Fork every global RNG hwrng seeds: torch CPU, devices, ``random`` and NumPy.
+
+    What :func:`fork_rng` forks, plus Python's ``random`` and NumPy's legacy
+    global generator, all restored on exit and on exception. Named states
+    (:class:`~hwrng.RNGStatesTracker`) are not touched.
+
+    Parameters
+    ----------
+    devices, platform
+        As for :func:`fork_rng`.
+
+    Examples
+    --------
+    >>> import random, hwrng
+    >>> with hwrng.isolate_rng(platform="cpu"):
+    ...     _ = random.random()  # random, NumPy and torch come back afterwards
+    """
+    resolved = resolve_platform(platform)
+    indices = _device_indices(resolved, devices)
+    python_state = random.getstate()
+    numpy_state: Any = np.random.get_state()
+    with _forked_generators(resolved, indices):
+        try:
+            yield
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)

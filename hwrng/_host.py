@@ -1,0 +1,296 @@
+"""The host generator: torch's CPU generator, and its emulated ``(seed, offset)`` view.
+
+The host generator belongs to the core, not to the CPU backend: every
+platform seeds it (``manual_seed`` seeds torch's CPU generator whatever the
+accelerator), forks it, checkpoints it and hands it to DataLoader workers.
+Everything in hwrng that reads or writes ``torch.default_generator`` goes
+through this module.
+
+torch's CPU generator is an mt19937 with no counter (``get_offset`` raises
+"CPU Generator does not use offset"). :class:`MersenneCounter` gives it one:
+
+* ``write(g, seed, offset)`` sets ``g`` to :func:`mersenne_state`, a state
+  keyed by all 64 bits of the seed and of the offset, from which the pair is
+  read back exactly (the offset is carried, masked, in two state words);
+* ``torch.manual_seed(s)`` reads as ``(s, 0)``; for ``s >= 2**32``, whose torch
+  seeding keeps only the low 32 bits, reading moves the generator to hwrng's
+  ``(s, 0)``, keyed by all 64;
+* a generator that has drawn since it was positioned reads as ``(s, a + 4)``,
+  where ``a`` is the last offset hwrng wrote to that generator with seed ``s``
+  (0 if none), and reading moves it there -- a position never used before,
+  since positions only grow. The answer is memoised by a digest of the state,
+  so a state put back (by ``fork_rng``, ``set_rng_state``, or the recomputation
+  of an activation checkpoint) reads exactly as it did. Because it depends on
+  the generator's history rather than its bytes, ranks seeded differently that
+  ran the same program read the same offset: DTensor ops on them stay in step.
+
+:meth:`MersenneCounter.peek` answers the same without moving the generator.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from hwrng._counters import U64, CounterView
+from hwrng._exceptions import InvalidStateError
+from hwrng._validation import MAX_OFFSET
+
+__all__ = [
+    "HOST_COUNTER",
+    "MersenneCounter",
+    "host_generator",
+    "mersenne_state",
+    "seed_host",
+]
+
+# torch's CPU generator state (aten CPUGeneratorImplState, 5056 bytes, little endian):
+#   0  uint64 the_initial_seed | 8 int32 left | 12 int32 seeded | 16 uint64 next
+#   24 uint64 state[624] (each word < 2**32) | 5016 double normal_x, normal_y, normal_rho
+#   5040 int32 normal_is_valid | 5048 float next_float_normal_sample | 5052 bool valid
+MT_STATE_BYTES = 5056
+_MT_WORDS = 624
+_KEY_START = 24
+_KEY_END = _KEY_START + 8 * _MT_WORDS
+_MASK32 = 0xFFFFFFFF
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_SHIFTS = tuple(np.uint64(shift) for shift in (30, 27, 32))
+_WORD_STEPS = np.arange(1, _MT_WORDS + 1, dtype=np.uint64) * _GOLDEN
+# left = 1 (a twist mixes every word before the first draw), seeded = 1, next = 0: the
+# header torch's own seeding writes, which drawing changes for good (left/next move).
+_TEMPLATE = np.zeros(MT_STATE_BYTES, dtype=np.uint8)
+_TEMPLATE[8:16].view(np.int32)[:] = (1, 1)
+_POSITIONED_HEADER = _TEMPLATE[8:_KEY_START].tobytes()
+_POSITIONED_TAIL = _TEMPLATE[_KEY_END:].tobytes()
+_SPOT_CHECKS = (0, 3, 311, 623)  # words rebuilt to confirm a decoded position
+
+
+def _splitmix(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & U64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & U64
+    return z ^ (z >> 31)
+
+
+def _offset_mask(seed: int) -> int:
+    """A 64-bit mask, keyed by the seed, that hides the offset in state words 1 and 2."""
+    return _splitmix(seed ^ 0x6F66667365742D6B)
+
+
+def _key_base(seed: int, offset: int) -> int:
+    return _splitmix(seed ^ 0x68776E672D6370) ^ _splitmix((offset + 0x243F6A8885A308D3) & U64)
+
+
+def _word(base: int, index: int) -> int:
+    """Word ``index`` of the key :func:`_fill_words` makes from ``base`` (scalar)."""
+    z = (base + (index + 1) * 0x9E3779B97F4A7C15) & U64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & U64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & U64
+    return z >> 32
+
+
+def _fill_words(words: np.ndarray, base: int) -> None:
+    """Fill ``words`` (624 uint64) with 32-bit words: SplitMix64 over a Weyl sequence from base.
+
+    The Mersenne Twister only needs a well-mixed, non-degenerate start; this
+    costs a few microseconds where ``numpy.random.SeedSequence`` costs ~75. It
+    works in place to keep NumPy's per-call overhead down. The last xor-shift
+    of SplitMix64 is left out: it changes only the low bits the shift drops.
+    """
+    shift30, shift27, shift32 = _SHIFTS
+    scratch = np.empty(_MT_WORDS, dtype=np.uint64)
+    np.add(_WORD_STEPS, np.uint64(base), out=words)
+    np.right_shift(words, shift30, out=scratch)
+    np.bitwise_xor(words, scratch, out=words)
+    np.multiply(words, _MIX1, out=words)
+    np.right_shift(words, shift27, out=scratch)
+    np.bitwise_xor(words, scratch, out=words)
+    np.multiply(words, _MIX2, out=words)
+    np.right_shift(words, shift32, out=words)
+
+
+@functools.lru_cache(maxsize=64)
+def _torch_seeded(seed: int) -> bytes:
+    """The state ``torch.manual_seed(seed)`` gives (only the low 32 bits count)."""
+    scratch = torch.Generator()
+    scratch.manual_seed(seed)
+    return scratch.get_state().numpy().tobytes()
+
+
+def mersenne_state(seed: int, offset: int) -> torch.Tensor:
+    """Return the torch CPU generator state that hwrng assigns to ``(seed, offset)``.
+
+    ``(seed, 0)`` with ``seed < 2**32`` is exactly ``torch.manual_seed(seed)``.
+    torch's own seeding keeps only the low 32 bits of the seed (so
+    ``torch.manual_seed(1)`` and ``torch.manual_seed(1 + 2**32)`` draw the same
+    numbers); every other pair gets a Mersenne-Twister key derived from all 64
+    bits of the seed and of the offset, so distinct pairs give distinct streams.
+    State words 1 and 2 carry the offset, masked by a key of the seed, so that
+    the pair can be read back from the state alone.
+    """
+    if offset == 0 and seed < 2**32:
+        return torch.frombuffer(bytearray(_torch_seeded(seed)), dtype=torch.uint8)
+    raw = _TEMPLATE.copy()
+    raw[0:8].view(np.uint64)[0] = seed
+    words = raw[_KEY_START:_KEY_END].view(np.uint64)
+    _fill_words(words, _key_base(seed, offset))
+    mask = _offset_mask(seed)
+    words[1] = (offset & _MASK32) ^ (mask & _MASK32)
+    words[2] = (offset >> 32) ^ (mask >> 32)
+    return torch.from_numpy(raw)
+
+
+def _decode(raw: bytes, seed: int) -> int | None:
+    """The offset of a state :func:`mersenne_state` made for ``seed``, else ``None``.
+
+    Drawing changes the header for good (``left``/``next`` move), and a cached
+    normal sample changes the tail, so neither can pass; the decoded offset is
+    then confirmed against a few rebuilt words.
+    """
+    if raw[8:_KEY_START] != _POSITIONED_HEADER or raw[_KEY_END:] != _POSITIONED_TAIL:
+        return None
+    words = np.frombuffer(raw, dtype=np.uint64, count=_MT_WORDS, offset=_KEY_START)
+    mask = _offset_mask(seed)
+    offset = (int(words[1]) ^ (mask & _MASK32)) | (int(words[2]) ^ (mask >> 32)) << 32
+    if offset % 4 or offset > MAX_OFFSET or (offset == 0 and seed < 2**32):
+        return None
+    base = _key_base(seed, offset)
+    if any(int(words[i]) != _word(base, i) for i in _SPOT_CHECKS if i not in (1, 2)):
+        return None
+    return offset
+
+
+def _digest(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16, person=b"hwrng-drift").digest()
+
+
+class MersenneCounter(CounterView):
+    """Emulated counter view for generators with torch's Mersenne-Twister state.
+
+    See the module notes for how positions are read. One instance serves any
+    number of generators; it remembers, per generator, the last position it
+    wrote for each seed (a weak reference: generators are not kept alive) and
+    a bounded memo of the positions it gave to states that have drawn.
+    """
+
+    MEMO_SIZE = 4096
+    ANCHORS_PER_GENERATOR = 64
+
+    def __init__(self) -> None:
+        self._written: weakref.WeakKeyDictionary[torch.Generator, tuple[int, int, bytes]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._anchors: weakref.WeakKeyDictionary[torch.Generator, OrderedDict[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._memo: OrderedDict[bytes, int] = OrderedDict()
+
+    # -- reading --------------------------------------------------------------------
+
+    def _raw(self, generator: torch.Generator) -> bytes:
+        state = generator.get_state()
+        if state.numel() != MT_STATE_BYTES:
+            raise InvalidStateError(
+                f"expected a {MT_STATE_BYTES}-byte Mersenne-Twister state, "
+                f"got {state.numel()} bytes from the {generator.device} generator"
+            )
+        return state.numpy().tobytes()
+
+    def _locate(self, generator: torch.Generator) -> tuple[int, int, bool]:
+        """Return ``(seed, offset, settled)``: ``settled`` is False where reading must move it."""
+        raw = self._raw(generator)
+        written = self._written.get(generator)
+        if written is not None and written[2] == raw:
+            return written[0], written[1], True
+        seed = generator.initial_seed() & U64
+        offset = _decode(raw, seed)
+        if offset is not None:
+            return seed, offset, True
+        if raw == _torch_seeded(seed):
+            return seed, 0, seed < 2**32
+        key = _digest(raw)
+        remembered = self._memo.get(key)
+        if remembered is None:
+            remembered = self.anchor(generator, seed) + 4
+            self._memo[key] = remembered
+            while len(self._memo) > self.MEMO_SIZE:
+                self._memo.popitem(last=False)
+        else:
+            self._memo.move_to_end(key)
+        return seed, remembered, False
+
+    def read(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return the ``(seed, offset)`` the generator draws from next, moving it there."""
+        seed, offset, settled = self._locate(generator)
+        if not settled:
+            self.write(generator, seed, offset)
+        return seed, offset
+
+    def peek(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return what :meth:`read` would, leaving the generator exactly as it is."""
+        seed, offset, _ = self._locate(generator)
+        return seed, offset
+
+    # -- writing --------------------------------------------------------------------
+
+    def write(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Put the generator in the state assigned to ``(seed, offset)``."""
+        state = mersenne_state(seed, offset)
+        generator.set_state(state)
+        self._written[generator] = (seed, offset, state.numpy().tobytes())
+        anchors = self._anchors.get(generator)
+        if anchors is None:
+            anchors = self._anchors[generator] = OrderedDict()
+        anchors[seed] = offset
+        anchors.move_to_end(seed)
+        while len(anchors) > self.ANCHORS_PER_GENERATOR:
+            anchors.popitem(last=False)
+
+    def anchor(self, generator: torch.Generator, seed: int) -> int:
+        """The last offset this view wrote to ``generator`` with ``seed`` (0 if none)."""
+        anchors = self._anchors.get(generator)
+        return 0 if anchors is None else anchors.get(seed, 0)
+
+    # -- checkpoints ----------------------------------------------------------------
+
+    def export(self, generator: torch.Generator) -> dict[str, Any]:
+        """What, beside its state, makes ``generator`` read as it does: for a checkpoint."""
+        anchors = self._anchors.get(generator, OrderedDict())
+        raw = self._raw(generator)
+        return {
+            "anchors": [[seed, offset] for seed, offset in anchors.items()],
+            "memo": self._memo.get(_digest(raw)),
+        }
+
+    def restore(self, generator: torch.Generator, exported: Mapping[str, Any]) -> None:
+        """Undo :meth:`export` after the generator's state was put back (values pre-checked)."""
+        anchors: OrderedDict[int, int] = OrderedDict(
+            (int(seed), int(offset)) for seed, offset in exported["anchors"]
+        )
+        self._anchors[generator] = anchors
+        self._written.pop(generator, None)
+        if exported["memo"] is not None:
+            self._memo[_digest(self._raw(generator))] = int(exported["memo"])
+
+
+#: The counter view of torch's CPU generator: one instance, so every path agrees.
+HOST_COUNTER = MersenneCounter()
+
+
+def host_generator() -> torch.Generator:
+    """Torch's CPU default generator."""
+    return torch.default_generator
+
+
+def seed_host(seed: int) -> None:
+    """Seed the host generator with all 64 bits of a checked ``seed`` (position 0)."""
+    HOST_COUNTER.write(torch.default_generator, seed, 0)

@@ -78,36 +78,66 @@ def rank_outside_mesh(seed: int) -> str:
         return f"MeshError: {error}"
 
 
-def dataloader_worker_streams(seed: int, use_hwrng: bool) -> list[dict[str, Any]] | None:
-    """Ranks 0 and 1 each run a 2-worker DataLoader; every item reports its worker's draws."""
-    from torch.utils.data import DataLoader, Dataset
+class Probe(torch.utils.data.Dataset[dict[str, Any]]):
+    """Each item reports which worker made it and that worker's next draws."""
 
-    class Probe(Dataset[dict[str, Any]]):
-        def __len__(self) -> int:
-            return 4
+    def __len__(self) -> int:
+        return 4
 
-        def __getitem__(self, index: int) -> dict[str, Any]:
-            info = torch.utils.data.get_worker_info()
-            assert info is not None
-            return {
-                "worker": info.id,
-                "torch": torch.rand(1).item(),
-                "random": random.random(),
-                "numpy": float(np.random.rand()),
-            }
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        info = torch.utils.data.get_worker_info()
+        assert info is not None
+        return {
+            "worker": info.id,
+            "torch": torch.rand(1).item(),
+            "random": random.random(),
+            "numpy": float(np.random.rand()),
+        }
+
+
+def dataloader_worker_streams(
+    seed: int, use_hwrng: bool, context: str = "fork", hide_rank: bool = False
+) -> list[dict[str, Any]] | None:
+    """Ranks 0 and 1 each run a 2-worker DataLoader; every item reports its worker's draws.
+
+    ``hide_rank`` removes ``RANK`` from the environment first, as for ranks started with
+    ``mp.spawn``: then only the parent's torch.distributed state knows the rank.
+    """
+    import os
+
+    from torch.utils.data import DataLoader
 
     rank = dist.get_rank()
     hwrng.manual_seed(seed, platform="cpu")  # every rank the same: data-parallel replicas
     if rank > 1:
         return None
-    loader = DataLoader(
-        Probe(),
-        batch_size=None,
-        num_workers=2,
-        worker_init_fn=hwrng.worker_init_fn if use_hwrng else None,
-        multiprocessing_context="fork",
+    saved = (
+        {name: os.environ.pop(name, None) for name in ("RANK", "HWRNG_RANK")} if hide_rank else {}
     )
-    return [{"rank": rank, **item} for item in loader]
+    try:
+        loader = DataLoader(
+            Probe(),
+            batch_size=None,
+            num_workers=2,
+            worker_init_fn=hwrng.worker_init_fn if use_hwrng else None,
+            multiprocessing_context=context,
+        )
+        return [{"rank": rank, **item} for item in loader]
+    finally:
+        for name, value in saved.items():
+            if value is not None:
+                os.environ[name] = value
+
+
+def group_without_this_rank(seed: int) -> str:
+    """new_group([0]) hands the other ranks a placeholder, not a group."""
+    group = dist.new_group([0])
+    before = torch.get_rng_state()
+    try:
+        return str(hwrng.manual_seed(seed, groups=[group], platform="cpu"))
+    except hwrng.MeshError as error:
+        assert torch.equal(before, torch.get_rng_state())
+        return f"MeshError: {error}"
 
 
 def mesh_refusals(seed: int) -> list[str]:

@@ -101,3 +101,23 @@ def test_without_worker_init_fn_streams_repeat(pool: DistributedPool) -> None:
     results = pool.run(checks.dataloader_worker_streams, 31, False)
     streams = _streams(results[0] + results[1])
     assert streams[(0, 0)] == streams[(1, 0)]  # two data-parallel ranks, identical augmentations
+
+
+@pytest.mark.parametrize("context", ["spawn", "fork"])
+def test_workers_of_ranks_without_a_rank_variable_still_differ(
+    pool: DistributedPool, context: str
+) -> None:
+    """Ranks started by mp.spawn have no RANK: the rank comes from their process group,
+    bound in the parent for spawned workers, inherited by forked ones."""
+    results = pool.run(checks.dataloader_worker_streams, 31, True, context, True)
+    streams = _streams(results[0] + results[1])
+    assert sorted(streams) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for kind in range(3):
+        assert len({tuple(s[kind] for s in stream) for stream in streams.values()}) == 4
+
+
+def test_a_group_this_rank_is_not_in_is_named(pool: DistributedPool) -> None:
+    results = pool.run(checks.group_without_this_rank, 4)
+    assert results[0] == "4"
+    for message in results[1:]:
+        assert message.startswith("MeshError: this rank is not a member of groups[0]")

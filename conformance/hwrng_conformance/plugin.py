@@ -30,6 +30,7 @@ on a platform without the named :attr:`~hwrng.Platform.capabilities`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,6 +88,8 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise pytest.UsageError(f"--hwrng-backend {name}: {error}") from error
     else:
         names = [row.name for row in hwrng.list_platforms() if row.available]
+        if not names:
+            raise pytest.UsageError("no available hwrng backend to check (see: hwrng backends)")
     config.stash[_BACKENDS_KEY] = names
 
 
@@ -120,7 +123,19 @@ def dist_pool(platform: hwrng.Platform, pytestconfig: pytest.Config) -> Iterator
     if nproc < 2:
         pytest.skip(f"multi-process rules need --hwrng-nproc >= 2 (got {nproc})")
     backend = pool_backend(platform, nproc)
-    with DistributedPool(nproc, backend=backend, platform=platform.name, timeout=180) as pool:
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+
+    def progress(text: str) -> None:  # ranks take seconds to start: say so as it happens
+        if reporter is None:
+            return
+        suspended = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
+        with suspended:
+            reporter.write_line(f"hwrng conformance: {platform.name}: {text}")
+
+    with DistributedPool(
+        nproc, backend=backend, platform=platform.name, timeout=180, progress=progress
+    ) as pool:
         yield pool
 
 

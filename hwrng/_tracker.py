@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -121,7 +121,27 @@ class OffsetTracker:
         if not isinstance(spec, ShardSpec):
             raise InvalidArgumentError(f"region needs a ShardSpec, got {type(spec).__name__}")
         check_flag(via_default, "via_default")
-        seed_override = None if draw_seed is None else check_seed(draw_seed, "draw_seed")
+        if draw_seed is None:
+            choose = None
+        else:
+            fixed = check_seed(draw_seed, "draw_seed")
+            choose = lambda own: fixed  # noqa: E731 - the one-line rule reads best here
+        with self.positioned(spec, generator, via_default, choose) as drawn:
+            yield drawn
+
+    @contextlib.contextmanager
+    def positioned(
+        self,
+        spec: ShardSpec,
+        generator: torch.Generator | None,
+        via_default: bool,
+        choose_seed: Callable[[int], int] | None,
+    ) -> Iterator[torch.Generator]:
+        """:meth:`region` for hwrng's own callers, with arguments already checked.
+
+        ``choose_seed`` maps the tracked generator's seed to the seed the shard
+        is drawn with (``None``: the same seed).
+        """
         platform = self.platform
         default = platform.generator(self.device)
         tracked = default if generator is None else platform.check_generator(generator)
@@ -145,9 +165,8 @@ class OffsetTracker:
             open_here.update(keys)
             try:
                 saved = drawn.get_state() if drawn is not tracked else None
-                platform.position(
-                    drawn, seed if seed_override is None else seed_override, offset + start
-                )
+                draw_seed = seed if choose_seed is None else choose_seed(seed)
+                platform.position(drawn, draw_seed, offset + start)
                 try:
                     yield drawn
                 finally:

@@ -20,15 +20,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
 import torch
 
 from hwrng._exceptions import DTensorHookError
+from hwrng._plan import Seeding
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
+from hwrng._seeding import current_seeding
 from hwrng._sharding import ShardSpec, shard_offsets
 from hwrng._tracker import OffsetTracker
 
@@ -87,6 +89,37 @@ def _hook_module() -> ModuleType:
     return _random
 
 
+class _MeshSeeds:
+    """The seed each DTensor op draws with, from the seed plan in force (see module notes).
+
+    Cached per mesh object and plan, so an op costs a dict lookup and a compare.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[Any, Seeding, int]] = {}
+
+    def chooser(self, mesh: Any) -> Callable[[int], int] | None:
+        seeding = current_seeding()
+        if seeding is None:
+            return None  # seeded by other means: each rank draws with its own seed
+        entry = self._cache.get(id(mesh))
+        if entry is None or entry[0] is not mesh or entry[1] is not seeding:
+            entry = (mesh, seeding, seeding.dtensor_seed(mesh))
+            if len(self._cache) > 256:
+                self._cache.clear()
+            self._cache[id(mesh)] = entry
+        rank_seed, mesh_seed = seeding.rank_seed, entry[2]
+        # On the plan's stream, draw with the mesh's common seed; a generator seeded
+        # otherwise since (torch.manual_seed, a named-state fork) draws with its own.
+        return lambda own: mesh_seed if own == rank_seed else own
+
+
+@functools.lru_cache(maxsize=4096)
+def _shard_spec(spec: Any) -> ShardSpec:
+    """The ShardSpec of a DTensorSpec on this rank (specs are hashable and immutable)."""
+    return ShardSpec.from_dtensor_spec(spec)
+
+
 @functools.cache
 def _tracker_class(base: type[Any]) -> type[Any]:
     class HwrngDTensorTracker(base):  # type: ignore[misc]
@@ -100,6 +133,7 @@ def _tracker_class(base: type[Any]) -> type[Any]:
             self._use_distribute_region = True
             self.hwrng_platform = platform
             self.hwrng_tracker = OffsetTracker(platform)
+            self.hwrng_seeds = _MeshSeeds()
 
         @contextlib.contextmanager
         def _distribute_region(
@@ -108,12 +142,14 @@ def _tracker_class(base: type[Any]) -> type[Any]:
             if not self.distribute_region_enabled:
                 yield
                 return
-            shard = ShardSpec.from_dtensor_spec(spec)
-            with self.hwrng_tracker.region(shard, generator, via_default=generator is not None):
+            shard = _shard_spec(spec)
+            # A user's generator keeps its own seed: the user chose it for every rank.
+            choose = None if generator is not None else self.hwrng_seeds.chooser(spec.mesh)
+            with self.hwrng_tracker.positioned(shard, generator, generator is not None, choose):
                 yield
 
         def _compute_rng_offsets(self, spec: Any) -> tuple[int, int]:
-            return shard_offsets(ShardSpec.from_dtensor_spec(spec))
+            return shard_offsets(_shard_spec(spec))
 
         def _manual_seed(self, parallel_seed: int) -> None:
             self.hwrng_platform.manual_seed(parallel_seed)

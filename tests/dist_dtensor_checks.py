@@ -100,3 +100,100 @@ def user_generator(mesh_shape: list[int], codes: list[str], shape: list[int]) ->
         report["default_unchanged"] = torch.equal(default_before, torch.get_rng_state())
         report["user_counter"] = platform.get_seed_offset(generator)
         return report
+
+
+def _tp_model() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8), torch.nn.Dropout(0.5)
+    )
+
+
+def recipe(
+    layout: list[list[int]] | list[int],
+    names: list[str],
+    sharded: list[str],
+    op_dims: list[str] | None = None,
+    seed: int = 123,
+) -> dict[str, Any] | None:
+    """The README recipe: seed sharded along any dims, install the adapter, run DTensor ops.
+
+    ``layout`` is the mesh's rank tensor (ranks outside it only build the mesh);
+    ``op_dims`` names the submesh the DTensors live on (default: the whole mesh).
+    """
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    mesh = DeviceMesh("cpu", torch.tensor(layout), mesh_dim_names=tuple(names))
+    if mesh.get_coordinate() is None:
+        return None
+    hwrng.manual_seed(seed, mesh, sharded_dims=sharded, platform="cpu")
+    op_mesh = mesh[tuple(op_dims)] if op_dims else mesh
+    replicate = [Replicate()] * op_mesh.ndim
+    with _adapter(True) as platform:
+        replicated = distribute_tensor(torch.zeros(4), op_mesh, replicate).uniform_()
+        torch.rand(5)  # local randomness between DTensor ops: ranks' own seeds differ
+        dropped = torch.nn.functional.dropout(
+            distribute_tensor(torch.ones(64), op_mesh, replicate), p=0.5
+        )
+        shard = distribute_tensor(torch.zeros(16, 3), op_mesh, [*replicate[:-1], Shard(0)])
+        shard.normal_()
+        model = _tp_model()
+        tp_mesh = op_mesh[op_mesh.mesh_dim_names[-1]]  # type: ignore[index]
+        parallelize_module(
+            model, tp_mesh, {"0": ColwiseParallel(), "2": RowwiseParallel(use_local_output=False)}
+        )
+        for module in model:
+            if isinstance(module, torch.nn.Linear):
+                module.reset_parameters()
+        out = model(distribute_tensor(torch.ones(2, 8), tp_mesh, [Replicate()]))
+        position = platform.counter.peek(torch.default_generator)
+        report = {
+            "rank": dist.get_rank(),
+            "coordinate": dict(zip(names, mesh.get_coordinate(), strict=True)),
+            "replicated": replicated.to_local().tolist(),
+            "dropout": dropped.to_local().tolist(),
+            "shard": shard.to_local().flatten().tolist(),
+            "params": {
+                name: param.full_tensor().flatten().tolist()
+                for name, param in model.named_parameters()
+            },
+            "row_bias": model[2].bias.to_local().tolist(),
+            "output": out.full_tensor().flatten().tolist(),
+            "offset": position[1],
+            "local": torch.rand(4).tolist(),
+        }
+    return report
+
+
+def checkpointed_dropout(sharded: list[str]) -> dict[str, Any]:
+    """torch.utils.checkpoint recomputes a DTensor dropout: the mask must come back."""
+    from torch.utils.checkpoint import checkpoint
+
+    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    hwrng.manual_seed(5, mesh, sharded_dims=sharded, platform="cpu")
+    masks: list[list[float]] = []
+
+    def layer(t: DTensor) -> DTensor:
+        torch.rand(3)  # a local draw first: each rank's own stream moves
+        out = torch.nn.functional.dropout(t, p=0.5)
+        masks.append((out.to_local() != 0).float().tolist())
+        return out
+
+    from torch.utils.checkpoint import set_checkpoint_early_stop
+
+    # early stop would end the recomputation at the dropout, before the mask is recorded
+    with _adapter(True), set_checkpoint_early_stop(False):
+        x = distribute_tensor(torch.ones(32), mesh, [Replicate(), Shard(0)]).requires_grad_()
+        y = checkpoint(layer, x, use_reentrant=False)
+        y.to_local().sum().backward()
+    grad = x.grad.to_local() if isinstance(x.grad, DTensor) else x.grad
+    assert grad is not None
+    return {
+        "coordinate": tuple(mesh.get_coordinate() or ()),
+        "masks": masks,
+        "grad_is_mask": torch.equal(grad, 2 * torch.tensor(masks[0])),
+    }

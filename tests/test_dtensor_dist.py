@@ -137,3 +137,81 @@ def test_user_generator_advances_and_default_is_untouched(pool: DistributedPool)
     assert all(r["default_unchanged"] for r in reports)
     assert {r["user_counter"] for r in reports} == {(555, end)}
     assert math.prod(shape) <= end
+
+
+def _same(a: dict[str, Any], b: dict[str, Any], dims: list[str]) -> bool:
+    return all(a["coordinate"][d] == b["coordinate"][d] for d in dims)
+
+
+def check_recipe(
+    reports: list[dict[str, Any] | None], names: list[str], sharded: list[str], op_dims: list[str]
+) -> None:
+    """Within one DTensor mesh: replicas equal, shards distinct, one offset; across meshes
+    that differ on a sharded dim outside them (pipeline stages, or dp for a model on the
+    tp submesh): different numbers; local draws follow each rank's own seed."""
+    ran = [r for r in reports if r is not None]
+    tp_dim = op_dims[-1]
+    outside_op = [d for d in names if d not in op_dims]
+    outside_tp = [d for d in names if d != tp_dim]
+    model_keys = ("params", "row_bias", "output")
+    for a, b in itertools.combinations(ran, 2):
+        pair = (a["rank"], b["rank"])
+        if _same(a, b, outside_op):  # one DTensor mesh
+            for key in ("replicated", "dropout", "offset"):
+                assert a[key] == b[key], (key, pair)
+            assert (a["shard"] == b["shard"]) == _same(a, b, [tp_dim]), ("shard", pair)
+            if a["shard"] != b["shard"]:
+                assert not set(a["shard"]) & set(b["shard"]), ("shards share values", pair)
+        elif not _same(a, b, [d for d in sharded if d in outside_op]):
+            assert a["replicated"] != b["replicated"], ("stages draw alike", pair)
+        if _same(a, b, outside_tp):  # one tensor-parallel mesh: the model's
+            for key in model_keys:
+                assert a[key] == b[key], (key, pair)
+        elif not _same(a, b, [d for d in sharded if d in outside_tp]):
+            assert a["params"] != b["params"], ("models alike across a sharded dim", pair)
+        else:
+            assert a["params"] == b["params"], ("replicas of the model differ", pair)
+        assert (a["local"] == b["local"]) == _same(a, b, sharded), ("local stream", pair)
+
+
+RECIPES = {
+    "dp2 x tp4, sharded []": ([[0, 1, 2, 3], [4, 5, 6, 7]], ["dp", "tp"], [], None),
+    "dp2 x tp4, sharded tp": ([[0, 1, 2, 3], [4, 5, 6, 7]], ["dp", "tp"], ["tp"], None),
+    "dp2 x tp4, sharded dp": ([[0, 1, 2, 3], [4, 5, 6, 7]], ["dp", "tp"], ["dp"], None),
+    "dp2 x tp4, sharded dp,tp": ([[0, 1, 2, 3], [4, 5, 6, 7]], ["dp", "tp"], ["dp", "tp"], None),
+    "dp2 x tp4, sharded tp,dp": ([[0, 1, 2, 3], [4, 5, 6, 7]], ["dp", "tp"], ["tp", "dp"], None),
+    "4 ranks, dp2 x tp2, sharded tp": ([[0, 1], [2, 3]], ["dp", "tp"], ["tp"], None),
+    "4 ranks, dp2 x tp2, sharded dp,tp": ([[0, 1], [2, 3]], ["dp", "tp"], ["dp", "tp"], None),
+    "pp2 x dp2 x tp2, sharded pp,tp, stage meshes": (
+        [[[0, 1], [2, 3]], [[4, 5], [6, 7]]],
+        ["pp", "dp", "tp"],
+        ["pp", "tp"],
+        ["dp", "tp"],
+    ),
+    "pp2 x dp2 x tp2, sharded tp,pp,dp, whole mesh": (
+        [[[0, 1], [2, 3]], [[4, 5], [6, 7]]],
+        ["pp", "dp", "tp"],
+        ["tp", "pp", "dp"],
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RECIPES))
+def test_the_readme_recipe_holds_under_any_seeding(pool: DistributedPool, case: str) -> None:
+    layout, names, sharded, op_dims = RECIPES[case]
+    reports = pool.run(checks.recipe, layout, names, sharded, op_dims)
+    check_recipe(reports, names, sharded, op_dims or names)
+
+
+@pytest.mark.parametrize("sharded", [["tp"], ["dp", "tp"]], ids=["tp", "dp,tp"])
+def test_activation_checkpointing_recomputes_the_dtensor_mask(
+    pool: DistributedPool, sharded: list[str]
+) -> None:
+    results = pool.run(checks.checkpointed_dropout, sharded)
+    for result in results:
+        assert len(result["masks"]) == 2 and result["masks"][0] == result["masks"][1]
+        assert result["grad_is_mask"]
+    for a, b in itertools.combinations(results, 2):
+        same_shard = a["coordinate"][1] == b["coordinate"][1]
+        assert (a["masks"][0] == b["masks"][0]) == same_shard

@@ -52,6 +52,7 @@ from hwrng._seeding import current_seeding, manual_seed, seed_everything
 from hwrng._sharding import ShardSpec, shard_offsets
 from hwrng._states import RNGStatesTracker
 from hwrng._tracker import OffsetTracker
+from hwrng._verify import StreamVerdict, VerifyReport, verify
 from hwrng._version import __version__
 from hwrng._workers import WorkerInitFn, WorkerSeeds, worker_init_fn, worker_seeds
 from hwrng.hookspecs import hookimpl
@@ -103,9 +104,11 @@ __all__ = [
     "SeedDim",
     "Seeding",
     "ShardSpec",
+    "StreamVerdict",
     "TrackerError",
     "UnknownStateError",
     "VerificationError",
+    "VerifyReport",
     "WorkerInitFn",
     "WorkerSeeds",
     "__version__",
@@ -125,6 +128,7 @@ __all__ = [
     "seed_plan",
     "shard_offsets",
     "unregister_plugin",
+    "verify",
     "worker_init_fn",
     "worker_seeds",
 ]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 
@@ -20,7 +22,8 @@ from hwrng._exceptions import HwrngError, MeshError
 from hwrng._format import format_table
 from hwrng._mesh import unravel_index
 from hwrng._plan import rank_seed, seed_plan
-from hwrng._registry import Registry, default_registry
+from hwrng._platform import Platform
+from hwrng._registry import Registry, default_registry, get_platform
 from hwrng._version import __version__
 
 __all__ = ["build_parser", "main"]
@@ -137,6 +140,83 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _progress(text: str) -> None:
+    print(f"hwrng check: {text}", file=sys.stderr, flush=True)
+
+
+def _check_arguments(
+    args: argparse.Namespace,
+) -> tuple[Platform, int, dict[str, int], list[str], str]:
+    """Resolve and check what ``hwrng check`` will run, before any rank starts."""
+    from hwrng._check import default_mesh, under_torchrun
+
+    platform = get_platform(args.backend)
+    torchrun = under_torchrun()
+    devices = platform.device_count() if platform.device_type != "cpu" else None
+    if args.nproc is not None:
+        nproc = args.nproc
+    elif torchrun:
+        nproc = int(os.environ["WORLD_SIZE"])
+    elif args.mesh is not None:
+        nproc = math.prod(args.mesh.values())
+    else:
+        nproc = devices if devices is not None else 8
+    if torchrun and nproc != int(os.environ["WORLD_SIZE"]):
+        raise MeshError(f"--nproc {nproc}, but torchrun started {os.environ['WORLD_SIZE']} ranks")
+    if devices is not None and not torchrun and nproc > devices:
+        raise MeshError(
+            f"--nproc {nproc}, but this machine has {devices} {platform.name} device(s): "
+            "hwrng check runs one process per device (use torchrun across machines)"
+        )
+    mesh = args.mesh if args.mesh is not None else default_mesh(nproc)
+    if math.prod(mesh.values()) != nproc:
+        raise MeshError(
+            f"--mesh {', '.join(f'{k}={v}' for k, v in mesh.items())} has "
+            f"{math.prod(mesh.values())} ranks, not {nproc}"
+        )
+    sharded = args.sharded if args.sharded is not None else [d for d in ("pp", "tp") if d in mesh]
+    rank_seed(args.seed, dict.fromkeys(mesh, 0), mesh, sharded)  # refuse bad dims or seed now
+    backend = platform.dist_backend if devices is not None else "gloo"
+    return platform, nproc, mesh, sharded, backend
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from hwrng._check import format_report, judge, run_in_torchrun, run_rank, under_torchrun
+    from hwrng._launch import DistributedPool
+
+    platform, nproc, mesh, sharded, backend = _check_arguments(args)
+    started = time.perf_counter()
+    if under_torchrun():
+        report, ok = run_in_torchrun(mesh, sharded, args.seed, platform.name, backend)
+    else:
+        progress = None if args.json else _progress
+        with DistributedPool(
+            nproc, backend=backend, platform=platform.name, timeout=300, progress=progress
+        ) as pool:
+            if progress is not None:
+                progress("seeding, drawing and verifying on every rank")
+            results = pool.run(run_rank, mesh, sharded, args.seed, platform.name)
+        report = judge(
+            results,
+            mesh=mesh,
+            sharded=sharded,
+            seed=args.seed,
+            backend=platform.name,
+            seconds=time.perf_counter() - started,
+        )
+        ok = report.ok
+    if report is not None:
+        print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
+    return 0 if ok else 1
+
+
 def _add_plugin_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], registry: Registry
 ) -> None:
@@ -178,6 +258,33 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     )
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plan.set_defaults(func=_cmd_plan)
+
+    check = commands.add_parser(
+        "check",
+        help="prove replicas equal and shards distinct on this machine (the main job)",
+        description="Start ranks on a backend, seed them, run DTensor random ops and a "
+        "tensor-parallel model's initialisation and dropout, verify every stream, and print "
+        "a report. Under torchrun it runs in the processes torchrun started.",
+    )
+    check.add_argument("--backend", metavar="NAME", help="the platform (default: auto-selected)")
+    check.add_argument(
+        "--nproc",
+        type=_positive,
+        default=None,
+        help="ranks (default: 8 on the CPU, one per device)",
+    )
+    check.add_argument(
+        "--mesh", type=_parse_mesh, default=None, help="dims and sizes (default: dp=2,pp=2,tp=2)"
+    )
+    check.add_argument(
+        "--sharded",
+        type=_parse_dims,
+        default=None,
+        help="sharded dims, slowest first (default: pp,tp)",
+    )
+    check.add_argument("--seed", type=int, default=123, help="the job's seed (default 123)")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.set_defaults(func=_cmd_check)
 
     _add_plugin_commands(commands, registry or default_registry())
     return parser

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import platform as host
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,9 +13,10 @@ import torch
 
 import hwrng
 from hwrng._format import format_table
+from hwrng._machine import describe_device
 from hwrng_conformance import plugin as conformance_plugin
 
-__all__ = ["ResultCollector", "RuleResult", "describe_device", "run_conformance"]
+__all__ = ["ResultCollector", "RuleResult", "run_conformance"]
 
 _INI = os.path.join(os.path.dirname(__file__), "conformance.ini")
 
@@ -89,30 +89,6 @@ class ResultCollector:
         """Remember collection errors: they fail the run."""
         if report.failed:
             self.errors.append(str(report.longrepr))
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return host.processor() or host.machine() or "host CPU"
-
-
-def describe_device(platform: hwrng.Platform) -> str:
-    """Name the device hardware behind ``platform``, e.g. ``NVIDIA H100 80GB HBM3``."""
-    if platform.device_type == "cpu":
-        return _cpu_model()
-    names = getattr(platform.device_handle, "get_device_name", None)
-    if callable(names):
-        try:
-            return str(names(platform.current_device()))
-        except Exception as error:  # a name is for display only
-            return f"{platform.name} device ({type(error).__name__})"
-    return f"{platform.name} device"
 
 
 def _verdict(rows: Sequence[RuleResult], deselected: int) -> str:

@@ -1,0 +1,135 @@
+"""``hwrng check`` end to end in a subprocess: the report, its verdicts, its exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_entry_points import write_distribution
+
+from hwrng._cli import main
+
+BROKEN_COUNTER_BACKEND = """
+from typing import ClassVar
+
+import hwrng
+from hwrng._host import HOST_COUNTER
+from hwrng_cpu import CPUPlatform
+
+
+class IgnoresOffsets(hwrng.CounterView):
+    '''A counter that cannot position a generator: every offset lands on offset 0.'''
+
+    def read(self, generator):
+        return HOST_COUNTER.read(generator)
+
+    def write(self, generator, seed, offset):
+        HOST_COUNTER.write(generator, seed, 0)
+
+
+class BrokenCPU(CPUPlatform):
+    name: ClassVar[str] = "brokencpu"
+    priority: ClassVar[int] = -50
+
+    @property
+    def device_type(self):
+        return "cpu"
+
+    @property
+    def counter(self):
+        return IgnoresOffsets()
+
+
+@hwrng.hookimpl
+def hwrng_platforms():
+    return [BrokenCPU()]
+"""
+
+
+def _check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hwrng", "check", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+def test_check_passes_and_reports_every_verdict() -> None:
+    result = _check("--nproc", "4")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert out.startswith("hwrng check: backend cpu (")
+    assert "4 rank(s), mesh dp=1 x pp=2 x tp=2, sharded pp, tp, seed 123" in out
+    table = out.split("\n\n")[1].splitlines()
+    assert table[0].split() == ["rank", "dp", "pp", "tp", "seed"]
+    assert [line.split()[-1] for line in table[2:]] == ["123", "124", "125", "126"]
+    for check in (
+        "uniform_ on a replicated (4, 4)",
+        "dropout on a replicated (64,)",
+        "uniform_ on uneven (5, 7), Shard(1) on tp",
+        "one dim sharded over every mesh dim",
+        "model parameters after reset_parameters",
+        "local dropout in a named state",
+        "dtensor",
+        "numpy",
+    ):
+        line = next(line for line in out.splitlines() if check in line)
+        assert " PASS " in line, line
+    assert "FAIL" not in out
+    assert out.rstrip().splitlines()[-1].startswith("hwrng check: PASSED (")
+    assert "starting 4 rank(s)" in result.stderr and "ready in" in result.stderr
+
+
+def test_check_json(tmp_path: Path) -> None:
+    result = _check("--nproc", "2", "--mesh", "dp=2", "--sharded", "dp", "--seed", "7", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads(result.stdout)
+    assert document["ok"] is True and document["mesh"] == {"dp": 2}
+    assert [s["seed"] for s in document["seeds"]] == [7, 8]
+    assert all(v["ok"] for v in document["ops"] + document["streams"])
+    assert result.stderr == "", "no progress lines with --json"
+
+
+def test_a_backend_that_cannot_position_its_generator_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_distribution(
+        tmp_path, "brokencpu-hwrng", "0.1", "brokencpu_hwrng", BROKEN_COUNTER_BACKEND, "brokencpu"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    result = _check("--backend", "brokencpu", "--nproc", "4", env=env)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    failing = [line for line in result.stdout.splitlines() if " FAIL " in line]
+    assert any(line.startswith("normal_ on (16, 3), Shard(0) on tp") for line in failing)
+    assert "should differ but drew alike" in result.stdout
+    assert result.stdout.rstrip().splitlines()[-1].startswith("hwrng check: FAILED (")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nproc", "3", "--mesh", "dp=2,tp=2"], "has 4 ranks, not 3"),
+        (["--sharded", "ep"], "'ep' not in the mesh"),
+        (["--backend", "nosuch"], "no hwrng backend named 'nosuch'"),
+        (["--backend", "cuda"], "unavailable"),
+        (["--seed", "-1"], "must be >= 0"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hwrng check: error: ") and message in err and err.count("\n") == 1
+
+
+def test_nproc_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["check", "--nproc", "0"])
+    assert caught.value.code == 2 and "--nproc: must be >= 1" in capsys.readouterr().err

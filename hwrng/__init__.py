@@ -13,6 +13,7 @@ Everything public is importable from here; the modules behind it are private
 
 from __future__ import annotations
 
+from hwrng._checkpoint import RNGState, load, load_state_dict, save, state_dict
 from hwrng._counters import CounterView, PhiloxCounter
 from hwrng._exceptions import (
     AmbiguousBackendError,
@@ -100,6 +101,7 @@ __all__ = [
     "PhiloxCounter",
     "Platform",
     "PlatformInfo",
+    "RNGState",
     "RNGStatesTracker",
     "SeedDim",
     "Seeding",
@@ -119,14 +121,18 @@ __all__ = [
     "hookimpl",
     "isolate_rng",
     "list_platforms",
+    "load",
+    "load_state_dict",
     "manual_seed",
     "mersenne_state",
     "presets",
     "rank_seed",
     "register_plugin",
+    "save",
     "seed_everything",
     "seed_plan",
     "shard_offsets",
+    "state_dict",
     "unregister_plugin",
     "verify",
     "worker_init_fn",

@@ -1,0 +1,594 @@
+"""Exact resume: every RNG stream of this rank saved, checked, and restored bit for bit.
+
+:func:`state_dict` returns this rank's complete RNG state as tensors and plain
+values (``torch.save`` / ``torch.load(weights_only=True)`` round-trip it);
+:func:`load_state_dict` checks *everything* before it changes *anything*, and
+refuses, naming what differs, a state from another backend, rank, world size,
+mesh or device count, an unknown format, or one whose content no longer matches
+its digest. ``on_mismatch="reseed"`` is the explicit way across a change of
+world size: every stream is re-derived from the saved seed plan for the new
+mesh, with a warning.
+
+What is saved, per rank (format 1)::
+
+    format, written_by {hwrng, backend, device_count, rank, world_size, mesh, sharded_dims}
+    python      random.getstate()           numpy  the legacy global generator
+    torch_cpu   the host generator's state  host_reading  what makes it read as it does
+    devices     every device of the platform (not only the current one)
+    pythonhashseed, plan (the seed plan in force), trackers {name: {state: tensor}}
+    digest      BLAKE2b of all of the above
+
+The DTensor adapter keeps no state of its own: its position is the device
+generators' offsets (and, on the CPU, ``host_reading``), so it is restored
+with them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import random
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+
+from hwrng._claims import claim
+from hwrng._exceptions import CheckpointError, HwrngError, HwrngWarning
+from hwrng._host import HOST_COUNTER, host_generator
+from hwrng._mesh import MeshLayout
+from hwrng._plan import Seeding
+from hwrng._platform import Platform
+from hwrng._registry import resolve_platform
+from hwrng._seeding import current_seeding, record_seeding
+from hwrng._states import RNGStatesTracker, live_trackers
+from hwrng._validation import apply_state, check_state_tensor
+from hwrng._version import __version__
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+__all__ = ["FORMAT", "OnMismatch", "RNGState", "load", "load_state_dict", "save", "state_dict"]
+
+#: The format :func:`state_dict` writes; :func:`load_state_dict` reads this one only.
+FORMAT = 1
+
+OnMismatch = Literal["error", "reseed"]
+
+_PYTHON_WORDS = 625
+
+
+def _where() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _canonical(value: Any, out: io.BytesIO) -> None:
+    """Feed ``value`` to a digest in one canonical byte form (tensors by dtype, shape, bytes)."""
+    if isinstance(value, torch.Tensor):
+        out.write(f"T{value.dtype}{tuple(value.shape)}".encode())
+        out.write(value.detach().cpu().contiguous().numpy().tobytes())
+    elif isinstance(value, Mapping):
+        out.write(b"{")
+        for key in sorted(value, key=repr):
+            out.write(repr(key).encode())
+            _canonical(value[key], out)
+        out.write(b"}")
+    elif isinstance(value, (list, tuple)):
+        out.write(b"[")
+        for item in value:
+            _canonical(item, out)
+        out.write(b"]")
+    else:
+        out.write(repr(value).encode())
+        out.write(b";")
+
+
+def _digest(document: Mapping[str, Any]) -> str:
+    buffer = io.BytesIO()
+    _canonical({k: v for k, v in document.items() if k != "digest"}, buffer)
+    return hashlib.blake2b(buffer.getvalue(), digest_size=16).hexdigest()
+
+
+def _python_state() -> dict[str, Any]:
+    version, words, gauss = random.getstate()
+    return {"version": version, "words": torch.tensor(words, dtype=torch.int64), "gauss": gauss}
+
+
+def _numpy_state() -> dict[str, Any]:
+    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    return {
+        "kind": str(kind),
+        "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
+
+
+def _written_by(platform: Platform, seeding: Seeding | None) -> dict[str, Any]:
+    rank, world_size = _where()
+    layout = seeding.layout if seeding is not None else None
+    return {
+        "hwrng": __version__,
+        "backend": platform.name,
+        "device_count": platform.device_count(),
+        "rank": rank,
+        "world_size": world_size,
+        "mesh": None if layout is None else layout.to_dict(),
+        "sharded_dims": None if seeding is None else list(seeding.sharded_dims),
+    }
+
+
+def _device_generators(platform: Platform) -> list[torch.Generator]:
+    host = host_generator()
+    if platform.device_type == "cpu" and platform.generator() is host:
+        return []
+    return [platform.generator(i) for i in range(platform.device_count())]
+
+
+def state_dict(platform: Platform | str | None = None) -> dict[str, Any]:
+    """Return this rank's complete RNG state, for ``torch.save`` or a DCP checkpoint.
+
+    Covers Python's ``random``, NumPy's legacy global generator, torch's CPU
+    generator, every device of the platform, ``PYTHONHASHSEED`` as recorded,
+    the seed plan in force, the DTensor adapter's position, and every named
+    state of every live :class:`~hwrng.RNGStatesTracker`, by tracker name.
+    Reading changes nothing.
+
+    Parameters
+    ----------
+    platform
+        Whose devices to save; by default the plan's platform, else
+        :func:`hwrng.get_platform`'s choice.
+
+    Returns
+    -------
+    dict
+        Tensors and plain values (see the module notes), versioned
+        (``"format"``) and digested (``"digest"``).
+    """
+    seeding = current_seeding()
+    if platform is None and seeding is not None:
+        platform = seeding.platform
+    resolved = resolve_platform(platform)
+    host = host_generator()
+    devices = _device_generators(resolved)
+    with claim(host, *devices):
+        document: dict[str, Any] = {
+            "format": FORMAT,
+            "written_by": _written_by(resolved, seeding),
+            "python": _python_state(),
+            "numpy": _numpy_state(),
+            "torch_cpu": host.get_state(),
+            "host_reading": HOST_COUNTER.export(host),
+            "devices": [g.get_state() for g in devices],
+            "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+            "plan": None if seeding is None else seeding.to_dict(),
+            "trackers": {name: t.get_states() for name, t in live_trackers().items()},
+        }
+    document["digest"] = _digest(document)
+    return document
+
+
+@dataclass
+class _Restore:
+    """Everything :func:`load_state_dict` will apply, checked and converted beforehand."""
+
+    python: tuple[Any, ...]
+    numpy: tuple[Any, ...]
+    torch_cpu: torch.Tensor
+    host_reading: dict[str, Any]
+    devices: list[torch.Tensor]
+    pythonhashseed: str | None
+    plan: Seeding | None
+    trackers: dict[str, tuple[RNGStatesTracker, dict[str, torch.Tensor]]]
+
+
+def _require(document: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in document:
+        raise CheckpointError(f"not an hwrng RNG state, or a corrupt one: it has no {key!r}")
+    value = document[key]
+    if not isinstance(value, kind):
+        raise CheckpointError(
+            f"corrupt hwrng RNG state: {key!r} is {type(value).__name__}, not "
+            f"{getattr(kind, '__name__', kind)}"
+        )
+    return value
+
+
+def _check_header(document: object) -> Mapping[str, Any]:
+    if not isinstance(document, Mapping):
+        raise CheckpointError(
+            "an hwrng RNG state is a mapping (from hwrng.state_dict), got "
+            f"{type(document).__name__}"
+        )
+    version = _require(document, "format", int)
+    if version != FORMAT:
+        raise CheckpointError(
+            f"RNG state format {version} is not one this hwrng ({__version__}) reads "
+            f"(it reads format {FORMAT})"
+        )
+    digest = _require(document, "digest", str)
+    if _digest(document) != digest:
+        raise CheckpointError(
+            "corrupt hwrng RNG state: its content does not match its digest "
+            "(a value was changed or cut short after it was saved)"
+        )
+    return document
+
+
+def _differences(written: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
+    names = {
+        "backend": "backend",
+        "rank": "rank",
+        "world_size": "world size",
+        "mesh": "mesh",
+        "device_count": "device count",
+    }
+    return [
+        f"{label} {written.get(key)!r} (here {here[key]!r})"
+        for key, label in names.items()
+        if written.get(key) != here[key]
+    ]
+
+
+def _checked_python(data: Any) -> tuple[Any, ...]:
+    try:
+        words = data["words"]
+        state = (int(data["version"]), tuple(int(w) for w in words.tolist()), data["gauss"])
+        if words.numel() != _PYTHON_WORDS:
+            raise ValueError(f"{words.numel()} words, not {_PYTHON_WORDS}")
+        random.Random().setstate(state)  # Python's own checks, on a scratch generator
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise CheckpointError(f"corrupt hwrng RNG state: 'python' is unusable: {error}") from None
+    return state
+
+
+def _checked_numpy(data: Any) -> tuple[Any, ...]:
+    try:
+        state = (
+            str(data["kind"]),
+            data["keys"].numpy().astype(np.uint32),
+            int(data["pos"]),
+            int(data["has_gauss"]),
+            float(data["cached_gaussian"]),
+        )
+        np.random.RandomState().set_state(state)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise CheckpointError(f"corrupt hwrng RNG state: 'numpy' is unusable: {error}") from None
+    return state
+
+
+def _checked_generator_state(state: Any, like: torch.Generator, where: str) -> torch.Tensor:
+    try:
+        expected = like.get_state().numel()
+        tensor = check_state_tensor(state, expected, where).clone()
+        apply_state(torch.Generator(device=like.device), tensor, where)
+    except HwrngError as error:
+        raise CheckpointError(f"unusable hwrng RNG state: {error}") from None
+    return tensor
+
+
+def _checked_trackers(data: Any) -> dict[str, tuple[RNGStatesTracker, dict[str, torch.Tensor]]]:
+    if not isinstance(data, Mapping):
+        raise CheckpointError("corrupt hwrng RNG state: 'trackers' is not a mapping")
+    live = live_trackers()
+    saved = {name: states for name, states in data.items() if states}
+    missing = sorted(set(saved) - set(live))
+    if missing:
+        raise CheckpointError(
+            f"the state holds named states of tracker(s) {missing}, but no live "
+            "RNGStatesTracker has that name: create them (with the same name=) before loading"
+        )
+    unsaved = sorted(n for n, t in live.items() if t.names and n not in saved)
+    if unsaved:
+        raise CheckpointError(
+            f"live tracker(s) {unsaved} hold named states the saved state does not have; "
+            "reset() them first if that is intended"
+        )
+    checked = {}
+    for name, states in saved.items():
+        tracker = live[name]
+        try:
+            copies, _ = tracker.check_states(states)
+        except HwrngError as error:
+            raise CheckpointError(f"tracker {name!r}: {error}") from None
+        checked[name] = (tracker, copies)
+    return checked
+
+
+def _check_everything(document: Mapping[str, Any], platform: Platform) -> _Restore:
+    host = host_generator()
+    devices = _device_generators(platform)
+    saved_devices = _require(document, "devices", list)
+    if len(saved_devices) != len(devices):
+        raise CheckpointError(
+            f"the state holds {len(saved_devices)} device state(s); here there are {len(devices)}"
+        )
+    reading = _require(document, "host_reading", Mapping)
+    try:
+        anchors = [(int(s), int(o)) for s, o in reading["anchors"]]
+        memo = reading["memo"]
+        host_reading = {"anchors": anchors, "memo": None if memo is None else int(memo)}
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"corrupt hwrng RNG state: 'host_reading': {error}") from None
+    plan_data = _require(document, "plan", (Mapping, type(None)))
+    try:
+        plan = None if plan_data is None else Seeding.from_dict(plan_data)
+    except (KeyError, TypeError, ValueError, HwrngError) as error:
+        raise CheckpointError(f"corrupt hwrng RNG state: 'plan': {error}") from None
+    hash_seed = _require(document, "pythonhashseed", (str, type(None)))
+    return _Restore(
+        python=_checked_python(_require(document, "python", Mapping)),
+        numpy=_checked_numpy(_require(document, "numpy", Mapping)),
+        torch_cpu=_checked_generator_state(document.get("torch_cpu"), host, "torch_cpu"),
+        host_reading=host_reading,
+        devices=[
+            _checked_generator_state(state, generator, f"device {index}")
+            for index, (state, generator) in enumerate(zip(saved_devices, devices, strict=True))
+        ],
+        pythonhashseed=hash_seed,
+        plan=plan,
+        trackers=_checked_trackers(document.get("trackers")),
+    )
+
+
+def _apply(restore: _Restore, platform: Platform) -> None:
+    host = host_generator()
+    devices = _device_generators(platform)
+    with claim(host, *devices):
+        random.setstate(restore.python)
+        np.random.set_state(restore.numpy)
+        host.set_state(restore.torch_cpu)
+        HOST_COUNTER.restore(host, restore.host_reading)
+        for generator, state in zip(devices, restore.devices, strict=True):
+            generator.set_state(state)
+        if restore.pythonhashseed is None:
+            os.environ.pop("PYTHONHASHSEED", None)
+        else:
+            os.environ["PYTHONHASHSEED"] = restore.pythonhashseed
+        for tracker, states in restore.trackers.values():
+            tracker.set_states(states)
+        record_seeding(restore.plan)
+
+
+def _reseed(
+    document: Mapping[str, Any], platform: Platform, mesh: DeviceMesh | None, why: str
+) -> None:
+    from hwrng._seeding import manual_seed
+
+    plan_data = document.get("plan")
+    if not isinstance(plan_data, Mapping):
+        raise CheckpointError(
+            f"cannot re-derive the streams ({why}): the saved state records no seed plan"
+        )
+    try:
+        saved = Seeding.from_dict(plan_data)
+    except (KeyError, TypeError, ValueError, HwrngError) as error:
+        raise CheckpointError(f"corrupt hwrng RNG state: 'plan': {error}") from None
+    if saved.layout is not None and mesh is None:
+        raise CheckpointError(
+            f"cannot re-derive the streams ({why}): the plan was made on a mesh, so "
+            "pass the new one: load_state_dict(..., on_mismatch='reseed', mesh=new_mesh)"
+        )
+    if saved.layout is None and saved.dims:
+        raise CheckpointError(
+            f"cannot re-derive the streams ({why}): the saved plan ({saved.source}) was not "
+            "made on a DeviceMesh; seed the new mesh yourself"
+        )
+    manual_seed(saved.seed, mesh, sharded_dims=list(saved.sharded_dims), platform=platform)
+    warnings.warn(
+        f"hwrng: the RNG state was not restored ({why}); every stream was re-derived from the "
+        f"saved seed plan (seed {saved.seed}, sharded {list(saved.sharded_dims)}) for this "
+        "mesh, so draws restart from the plan's seeds. Named states were left as they are.",
+        HwrngWarning,
+        stacklevel=3,
+    )
+
+
+def load_state_dict(
+    document: Mapping[str, Any],
+    *,
+    on_mismatch: OnMismatch = "error",
+    mesh: DeviceMesh | None = None,
+    platform: Platform | str | None = None,
+) -> None:
+    """Restore this rank's RNG state from :func:`state_dict`, bit for bit, or refuse.
+
+    Every check runs before anything changes: a refused state leaves every
+    generator, ``random``, NumPy, every named state and the plan as they were.
+
+    Parameters
+    ----------
+    document
+        What :func:`state_dict` returned (e.g. after ``torch.load(weights_only=True)``).
+    on_mismatch
+        ``"error"`` (default): refuse a state written by another backend, rank,
+        world size, mesh or device count. ``"reseed"``: in those cases re-derive
+        every stream from the saved seed plan for the new ``mesh`` instead (as
+        :func:`hwrng.manual_seed` would), with a :class:`~hwrng.HwrngWarning` --
+        the streams restart rather than resume; named states stay as they are.
+    mesh
+        The new mesh, for ``on_mismatch="reseed"``.
+    platform
+        Whose devices to restore; by default :func:`hwrng.get_platform`'s choice
+        (a state from another backend is refused, naming both).
+
+    Raises
+    ------
+    CheckpointError
+        Naming what differs or what is corrupt, before anything changes.
+    """
+    if on_mismatch not in ("error", "reseed"):
+        raise CheckpointError(f"on_mismatch must be 'error' or 'reseed', got {on_mismatch!r}")
+    checked = _check_header(document)
+    written = _require(checked, "written_by", Mapping)
+    resolved = resolve_platform(platform)
+    current = current_seeding()
+    here = _written_by(resolved, current)
+    if mesh is not None:
+        here["mesh"] = MeshLayout.of(mesh).to_dict()
+    elif current is None or current.layout is None:
+        here["mesh"] = written.get("mesh")  # no mesh declared here: the saved plan comes back
+    differences = _differences(written, here)
+    if differences:
+        why = "it was written with " + ", ".join(differences)
+        if on_mismatch == "reseed":
+            _reseed(checked, resolved, mesh, why)
+            return
+        raise CheckpointError(f"refusing to restore this RNG state: {why}")
+    _apply(_check_everything(checked, resolved), resolved)
+
+
+def _to_bytes(document: Mapping[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(dict(document), buffer)
+    return buffer.getvalue()
+
+
+def _from_bytes(blob: bytes, what: str) -> Any:
+    try:
+        return torch.load(io.BytesIO(blob), weights_only=True)
+    except Exception as error:
+        raise CheckpointError(
+            f"{what} is not a readable hwrng RNG state (truncated or corrupt): "
+            f"{type(error).__name__}: {error}"
+        ) from None
+
+
+def save(path: str | os.PathLike[str], platform: Platform | str | None = None) -> None:
+    """``torch.save`` this rank's :func:`state_dict` to ``path`` (one file per rank)."""
+    torch.save(state_dict(platform), path)
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    on_mismatch: OnMismatch = "error",
+    mesh: DeviceMesh | None = None,
+    platform: Platform | str | None = None,
+) -> None:
+    """Restore this rank's RNG state from a file :func:`save` wrote (see :func:`load_state_dict`).
+
+    Raises
+    ------
+    CheckpointError
+        Also for a file that is missing, truncated or corrupt.
+    """
+    try:
+        with open(path, "rb") as file:
+            blob = file.read()
+    except OSError as error:
+        raise CheckpointError(f"cannot read the RNG state {os.fspath(path)!r}: {error}") from None
+    load_state_dict(
+        _from_bytes(blob, repr(os.fspath(path))),
+        on_mismatch=on_mismatch,
+        mesh=mesh,
+        platform=platform,
+    )
+
+
+_RANK_KEY = "rank_{}"
+_JOB_KEY = "job"
+_NOT_LOADED = b""
+
+
+class RNGState:
+    """Every rank's RNG state in a ``torch.distributed.checkpoint`` (DCP) checkpoint.
+
+    Implements DCP's ``Stateful`` protocol: put one in the state dict you save
+    and load, next to the model and optimizer::
+
+        state = {"model": model_state, "optim": optim_state, "rng": hwrng.RNGState()}
+        dcp.save(state, checkpoint_id=path)
+        ...
+        dcp.load(state, checkpoint_id=path)  # each rank gets its own streams back
+
+    Each rank's :func:`state_dict` is stored under a key of its own
+    (``rank_<r>``), as one opaque value, so DCP's deduplication of keys that
+    several ranks save can never hand one rank another's streams, and a
+    checkpoint written with other trackers or devices reaches hwrng's own
+    checks instead of failing inside DCP. A ``job`` entry, the same on every
+    rank, records the seed plan for ``on_mismatch="reseed"``.
+
+    Parameters
+    ----------
+    on_mismatch, mesh, platform
+        As for :func:`load_state_dict`. To resume on a larger world size, also
+        load with ``DefaultLoadPlanner(allow_partial_load=True)``: new ranks
+        find no entry of their own and are re-seeded from ``job``.
+    """
+
+    def __init__(
+        self,
+        *,
+        on_mismatch: OnMismatch = "error",
+        mesh: DeviceMesh | None = None,
+        platform: Platform | str | None = None,
+    ) -> None:
+        if on_mismatch not in ("error", "reseed"):
+            raise CheckpointError(f"on_mismatch must be 'error' or 'reseed', got {on_mismatch!r}")
+        self.on_mismatch: OnMismatch = on_mismatch
+        self.mesh = mesh
+        self.platform = platform
+
+    def state_dict(self) -> dict[str, Any]:
+        """The entry of this rank and the shared ``job`` entry (DCP calls it to save and load)."""
+        rank, world_size = _where()
+        document = state_dict(self.platform)
+        plan = document["plan"]
+        job = {
+            "world_size": world_size,
+            "seed": None if plan is None else plan["seed"],
+            "sharded_dims": document["written_by"]["sharded_dims"],
+            "mesh": document["written_by"]["mesh"],
+            "source": None if plan is None else plan["source"],
+        }
+        return {_RANK_KEY.format(rank): _to_bytes(document), _JOB_KEY: job}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore this rank's entry; see the class notes for what is refused or re-seeded."""
+        rank, _ = _where()
+        key = _RANK_KEY.format(rank)
+        blob = state_dict.get(key, _NOT_LOADED)
+        if blob == _NOT_LOADED or not isinstance(blob, bytes):
+            job = state_dict.get(_JOB_KEY)
+            saved_world = job.get("world_size") if isinstance(job, Mapping) else None
+            why = (
+                f"the checkpoint has no RNG state for rank {rank} (written by {saved_world} ranks)"
+            )
+            if self.on_mismatch != "reseed":
+                raise CheckpointError(why)
+            _reseed_from_job(job, self.platform, self.mesh, why)
+            return
+        load_state_dict(
+            _from_bytes(blob, f"the RNG state of rank {rank}"),
+            on_mismatch=self.on_mismatch,
+            mesh=self.mesh,
+            platform=self.platform,
+        )
+
+
+def _reseed_from_job(job: Any, platform: Platform | str | None, mesh: Any, why: str) -> None:
+    if not isinstance(job, Mapping) or job.get("seed") is None:
+        raise CheckpointError(f"cannot re-derive the streams ({why}): no seed plan was saved")
+    layout = job.get("mesh")
+    plan = {
+        "seed": job["seed"],
+        "dims": [
+            {"name": d, "coordinate": 0, "weight": 1, "size": None, "members": None}
+            for d in job.get("sharded_dims") or []
+        ],
+        "platform": "",
+        "source": job.get("source") or "manual_seed",
+        "layout": layout,
+    }
+    _reseed({"plan": plan}, resolve_platform(platform), mesh, why)

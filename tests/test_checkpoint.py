@@ -1,0 +1,199 @@
+"""hwrng.state_dict / load_state_dict on one process: round trips, and every refusal."""
+
+from __future__ import annotations
+
+import copy
+import io
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import hwrng
+from hwrng._checkpoint import _digest
+from hwrng._mesh import MeshLayout
+from hwrng._seeding import record_seeding
+
+
+def _everything(tracker: hwrng.RNGStatesTracker) -> tuple[Any, ...]:
+    """Every stream's next draws, taken without moving anything (state put back after)."""
+    with hwrng.isolate_rng(platform="cpu"):
+        draws = (torch.rand(4).tolist(), random.random(), float(np.random.rand()))
+    states = tracker.get_states()
+    plan = hwrng.current_seeding()
+    return (
+        draws,
+        {k: v.tolist() for k, v in states.items()},
+        os.environ.get("PYTHONHASHSEED"),
+        None if plan is None else plan.to_dict(),
+        hwrng.get_platform("cpu").counter.peek(torch.default_generator),
+    )
+
+
+@pytest.fixture
+def tracker() -> Iterator[hwrng.RNGStatesTracker]:
+    saved = (random.getstate(), np.random.get_state(), os.environ.get("PYTHONHASHSEED"))
+    made = hwrng.RNGStatesTracker("cpu", name="checkpoint-test")
+    yield made
+    del made
+    random.setstate(saved[0])
+    np.random.set_state(saved[1])
+    if saved[2] is None:
+        os.environ.pop("PYTHONHASHSEED", None)
+    else:
+        os.environ["PYTHONHASHSEED"] = saved[2]
+
+
+def _seeded(tracker: hwrng.RNGStatesTracker) -> dict[str, Any]:
+    hwrng.manual_seed(11, platform="cpu")
+    tracker.add("model-parallel-rng", 2729)
+    torch.rand(7), random.random(), np.random.rand()
+    with tracker.fork():
+        torch.rand(3)
+    return hwrng.state_dict()
+
+
+def test_round_trip_through_torch_save_is_exact(tracker: hwrng.RNGStatesTracker) -> None:
+    document = _seeded(tracker)
+    expected = _everything(tracker)
+    buffer = io.BytesIO()
+    torch.save(document, buffer)
+    torch.rand(5), random.random(), np.random.rand()
+    with tracker.fork():
+        torch.rand(9)
+    hwrng.seed_everything(3, "cpu")
+    assert _everything(tracker) != expected
+    buffer.seek(0)
+    hwrng.load_state_dict(torch.load(buffer, weights_only=True))
+    assert _everything(tracker) == expected
+
+
+def test_the_document_says_what_wrote_it(tracker: hwrng.RNGStatesTracker) -> None:
+    document = _seeded(tracker)
+    assert document["format"] == 1
+    assert document["written_by"]["backend"] == "cpu"
+    assert document["written_by"]["rank"] == 0 and document["written_by"]["world_size"] == 1
+    assert document["trackers"]["checkpoint-test"].keys() == {"model-parallel-rng"}
+    assert document["plan"]["seed"] == 11 and document["pythonhashseed"] == "11"
+
+
+def _tamper(document: dict[str, Any], redigest: bool = True, **written_by: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(document)
+    changed["written_by"].update(written_by)
+    if redigest:
+        changed["digest"] = _digest(changed)
+    return changed
+
+
+def _flip_a_byte(document: dict[str, Any]) -> dict[str, Any]:
+    changed = copy.deepcopy(document)
+    changed["torch_cpu"][100] ^= 1
+    return changed
+
+
+REFUSALS = {
+    "another backend": (lambda d: _tamper(d, backend="cuda"), "backend 'cuda' \\(here 'cpu'\\)"),
+    "another rank": (lambda d: _tamper(d, rank=1), "rank 1 \\(here 0\\)"),
+    "another world size": (lambda d: _tamper(d, world_size=8), "world size 8 \\(here 1\\)"),
+    "another device count": (lambda d: _tamper(d, device_count=2), "device count 2"),
+    "an unknown format": (lambda d: {**d, "format": 2}, "format 2 is not one"),
+    "a changed value": (_flip_a_byte, "does not match its digest"),
+    "a missing field": (lambda d: {k: v for k, v in d.items() if k != "numpy"}, "digest|'numpy'"),
+    "not a mapping": (lambda d: [d], "is a mapping"),
+    "an edited tracker list": (
+        lambda d: {**d, "trackers": {"gone": d["trackers"]["checkpoint-test"]}},
+        "digest",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_refusals_change_nothing(tracker: hwrng.RNGStatesTracker, case: str) -> None:
+    document = _seeded(tracker)
+    torch.rand(2)
+    before = _everything(tracker)
+    make, message = REFUSALS[case]
+    with pytest.raises(hwrng.CheckpointError, match=message):
+        hwrng.load_state_dict(make(document))
+    assert _everything(tracker) == before
+
+
+def test_trackers_must_match_by_name(tracker: hwrng.RNGStatesTracker) -> None:
+    document = _seeded(tracker)
+    renamed = {**document, "trackers": {"elsewhere": document["trackers"]["checkpoint-test"]}}
+    renamed["digest"] = _digest(renamed)
+    before = _everything(tracker)
+    with pytest.raises(hwrng.CheckpointError, match="no live RNGStatesTracker has that name"):
+        hwrng.load_state_dict(renamed)
+    unsaved = {**document, "trackers": {}}
+    unsaved["digest"] = _digest(unsaved)
+    with pytest.raises(hwrng.CheckpointError, match=r"'checkpoint-test'.*hold named states"):
+        hwrng.load_state_dict(unsaved)
+    assert _everything(tracker) == before
+
+
+def test_a_mesh_other_than_the_saved_one_is_refused(tracker: hwrng.RNGStatesTracker) -> None:
+    document = _seeded(tracker)
+    layout = {"names": ["dp", "tp"], "shape": [2, 4], "ranks": None}
+    saved_on_a_mesh = _tamper(document, mesh=layout)
+    hwrng.load_state_dict(saved_on_a_mesh)  # no mesh declared here: the saved one comes back
+    record_seeding(hwrng.Seeding(11, (), "cpu", "manual_seed", MeshLayout(("dp",), (8,))))
+    with pytest.raises(hwrng.CheckpointError, match="mesh"):
+        hwrng.load_state_dict(saved_on_a_mesh)
+
+
+def test_file_helpers_and_truncated_files(tracker: hwrng.RNGStatesTracker, tmp_path: Path) -> None:
+    _seeded(tracker)
+    path = tmp_path / "rng-rank0.pt"
+    hwrng.save(path)
+    expected = _everything(tracker)
+    torch.rand(3)
+    hwrng.load(path)
+    assert _everything(tracker) == expected
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    torch.rand(3)
+    before = _everything(tracker)
+    with pytest.raises(hwrng.CheckpointError, match="truncated or corrupt"):
+        hwrng.load(path)
+    with pytest.raises(hwrng.CheckpointError, match="cannot read"):
+        hwrng.load(tmp_path / "missing.pt")
+    assert _everything(tracker) == before
+
+
+def test_reseed_is_explicit_and_warned(tracker: hwrng.RNGStatesTracker) -> None:
+    document = _seeded(tracker)
+    grown = _tamper(document, world_size=8, rank=5)
+    before = _everything(tracker)
+    with pytest.raises(hwrng.CheckpointError, match="world size 8"):
+        hwrng.load_state_dict(grown)
+    assert _everything(tracker) == before
+    hwrng.manual_seed(11, platform="cpu")
+    from_the_plan = _everything(tracker)[0]  # what the plan gives, from the start
+    torch.rand(3), random.random(), np.random.rand()
+    with pytest.warns(hwrng.HwrngWarning, match="re-derived from the saved seed plan"):
+        hwrng.load_state_dict(grown, on_mismatch="reseed")
+    assert _everything(tracker)[0] == from_the_plan
+    with pytest.raises(hwrng.CheckpointError, match="'error' or 'reseed'"):
+        hwrng.load_state_dict(document, on_mismatch="ignore")  # type: ignore[arg-type]
+
+
+def test_rng_state_is_a_stateful_with_per_rank_keys(tracker: hwrng.RNGStatesTracker) -> None:
+    _seeded(tracker)
+    state = hwrng.RNGState()
+    saved = state.state_dict()
+    assert set(saved) == {"rank_0", "job"}
+    assert saved["job"]["seed"] == 11 and saved["job"]["world_size"] == 1
+    expected = _everything(tracker)
+    torch.rand(4)
+    state.load_state_dict(saved)
+    assert _everything(tracker) == expected
+    with pytest.raises(hwrng.CheckpointError, match="no RNG state for rank 0"):
+        state.load_state_dict({"rank_3": saved["rank_0"], "job": saved["job"]})
+    with pytest.raises(hwrng.CheckpointError, match="truncated or corrupt"):
+        state.load_state_dict({"rank_0": saved["rank_0"][:100], "job": saved["job"]})

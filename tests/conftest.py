@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import random
 from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 import hwrng
+from hwrng._host import HOST_COUNTER
+from hwrng._seeding import current_seeding, record_seeding
 
 
 @pytest.fixture
@@ -16,9 +22,42 @@ def cpu() -> hwrng.Platform:
     return hwrng.get_platform("cpu")
 
 
+def _dtensor_tracker() -> Any:
+    from torch.distributed.tensor import _random
+
+    return _random._rng_tracker
+
+
 @pytest.fixture(autouse=True)
-def _keep_cpu_rng() -> Iterator[None]:
-    """Put torch's CPU generator back after each test, so tests do not couple."""
-    state = torch.default_generator.get_state()
+def _restore_every_global() -> Iterator[None]:
+    """Put back every global RNG a test can change, so that tests never couple.
+
+    torch's CPU generator (and what hwrng's counter remembers of it), Python's
+    ``random``, NumPy's global generator, ``PYTHONHASHSEED``, the seed plan in
+    force, and torch's DTensor tracker (a test that installs hwrng's adapter and
+    fails before uninstalling must not leave it in place).
+    """
+    host = torch.default_generator
+    saved = (
+        host.get_state(),
+        HOST_COUNTER.export(host),
+        random.getstate(),
+        np.random.get_state(),
+        os.environ.get("PYTHONHASHSEED"),
+        current_seeding(),
+        _dtensor_tracker(),
+    )
     yield
-    torch.default_generator.set_state(state)
+    hwrng.dtensor.uninstall()
+    from torch.distributed.tensor import _random
+
+    _random._rng_tracker = saved[6]
+    host.set_state(saved[0])
+    HOST_COUNTER.restore(host, saved[1])
+    random.setstate(saved[2])
+    np.random.set_state(saved[3])
+    if saved[4] is None:
+        os.environ.pop("PYTHONHASHSEED", None)
+    else:
+        os.environ["PYTHONHASHSEED"] = saved[4]
+    record_seeding(saved[5])

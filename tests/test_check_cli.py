@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_entry_points import write_distribution
+from helpers import write_distribution
 
 from hwrng._cli import main
 

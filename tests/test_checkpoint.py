@@ -6,7 +6,6 @@ import copy
 import io
 import os
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +35,8 @@ def _everything(tracker: hwrng.RNGStatesTracker) -> tuple[Any, ...]:
 
 
 @pytest.fixture
-def tracker() -> Iterator[hwrng.RNGStatesTracker]:
-    saved = (random.getstate(), np.random.get_state(), os.environ.get("PYTHONHASHSEED"))
-    made = hwrng.RNGStatesTracker("cpu", name="checkpoint-test")
-    yield made
-    del made
-    random.setstate(saved[0])
-    np.random.set_state(saved[1])
-    if saved[2] is None:
-        os.environ.pop("PYTHONHASHSEED", None)
-    else:
-        os.environ["PYTHONHASHSEED"] = saved[2]
+def tracker() -> hwrng.RNGStatesTracker:
+    return hwrng.RNGStatesTracker("cpu", name="checkpoint-test")
 
 
 def _seeded(tracker: hwrng.RNGStatesTracker) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import dist_dtensor_checks as checks
 import pytest
-from test_sharding import held_indices
+from helpers import held_indices
 
 import hwrng
 from hwrng._launch import DistributedPool

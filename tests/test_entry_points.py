@@ -6,10 +6,10 @@ import importlib
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import write_distribution
 
 import hwrng
 from hwrng._registry import Registry
@@ -33,16 +33,6 @@ class AcmePlatform(CPUPlatform):
 def hwrng_platforms():
     return [AcmePlatform()]
 """
-
-
-def write_distribution(
-    root: Path, dist: str, version: str, module: str, source: str, entry_name: str
-) -> None:
-    (root / f"{module}.py").write_text(textwrap.dedent(source))
-    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(f"[hwrng]\n{entry_name} = {module}\n")
 
 
 @pytest.fixture

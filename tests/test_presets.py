@@ -3,27 +3,32 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import hwrng
 from hwrng import presets
 
-ranks = st.integers(0, 63)
-seeds = st.integers(0, 2**40)
+# Literal tables, each value worked out by hand from the upstream code:
+# Megatron-LM megatron/training/initialize.py _set_random_seed (seed + 100 * pp, + 10 * dp with
+# data_parallel_random_init) and megatron/core/tensor_parallel/random.py
+# model_parallel_cuda_manual_seed (tensor: + 2718 + tp; expert: + 1024 + 100 * ep + etp;
+# data-parallel: the seed). Columns: seed, pp, tp, dp, ep, etp, dp_init -> seed, tp, ep, dp.
+MEGATRON = [
+    ((1234, 0, 0, 0, 0, 0, False), (1234, 3952, 2258, 1234)),
+    ((1234, 1, 3, 2, 2, 1, False), (1334, 4055, 2559, 1334)),
+    ((1234, 1, 3, 2, 2, 1, True), (1354, 4075, 2579, 1354)),
+    ((42, 3, 7, 5, 0, 3, True), (392, 3117, 1419, 392)),
+    ((2**64 - 1, 1, 0, 0, 0, 0, False), (99, 2817, 1123, 99)),  # wraps modulo 2**64
+]
 
 
-@settings(max_examples=200, deadline=None)
-@given(seed=seeds, pp=ranks, tp=ranks, dp=ranks, ep=ranks, etp=ranks, dp_init=st.booleans())
-def test_megatron_formula(
-    seed: int, pp: int, tp: int, dp: int, ep: int, etp: int, dp_init: bool
-) -> None:
-    # Megatron-LM _set_random_seed + model_parallel_cuda_manual_seed, written out
-    rank_seed = seed + 100 * pp + (10 * dp if dp_init else 0)
+@pytest.mark.parametrize(("given", "expected"), MEGATRON)
+def test_megatron_table(given: tuple[int, ...], expected: tuple[int, int, int, int]) -> None:
+    seed, pp, tp, dp, ep, etp, dp_init = given
     got = presets.megatron_seeds(
         seed,
         pp_rank=pp,
@@ -31,64 +36,60 @@ def test_megatron_formula(
         dp_rank=dp,
         ep_rank=ep,
         etp_rank=etp,
-        data_parallel_random_init=dp_init,
+        data_parallel_random_init=bool(dp_init),
     )
-    assert got == presets.MegatronSeeds(
-        seed=rank_seed,
-        tensor_parallel=rank_seed + 2718 + tp,
-        expert_parallel=rank_seed + 1024 + 100 * ep + etp,
-        data_parallel=rank_seed,
-    )
+    assert (got.seed, got.tensor_parallel, got.expert_parallel, got.data_parallel) == expected
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    seed=seeds,
-    dp=st.none() | ranks,
-    pp=st.none() | ranks,
-    tp=st.none() | ranks,
-    always=st.booleans(),
-)
-def test_slapo_formula(
-    seed: int, dp: int | None, pp: int | None, tp: int | None, always: bool
-) -> None:
-    expected = seed + (100 * pp if pp is not None else 0) + (10 * dp if dp is not None else 0)
+# slapo slapo/random.py set_random_seed: seed + 100 * pp + 10 * dp (ranks that are None count
+# nothing); TP stream seed + 2718 + tp; always_enable_tp_seed puts it on the default generator.
+# Columns: seed, dp, pp, tp, always -> seed, default, tensor_parallel.
+SLAPO = [
+    ((2013, None, None, None, False), (2013, 2013, None)),
+    ((2013, 1, 2, 3, False), (2223, 2223, 4944)),
+    ((2013, 1, 2, 3, True), (2223, 4944, 4944)),
+    ((7, None, None, 0, False), (7, 7, 2725)),
+    ((100, 4, None, None, True), (140, 140, None)),
+]
+
+
+@pytest.mark.parametrize(("given", "expected"), SLAPO)
+def test_slapo_table(given: tuple[Any, ...], expected: tuple[Any, ...]) -> None:
+    seed, dp, pp, tp, always = given
     got = presets.slapo_seeds(
         seed, dp_rank=dp, pp_rank=pp, tp_rank=tp, always_enable_tp_seed=always
     )
-    assert got.seed == expected
-    if tp is None:
-        assert got.tensor_parallel is None and got.default == expected
-    else:
-        assert got.tensor_parallel == expected + 2718 + tp
-        assert got.default == (got.tensor_parallel if always else expected)
+    assert (got.seed, got.default, got.tensor_parallel) == expected
 
 
 def test_slapo_default_seed_is_2013() -> None:
     assert presets.slapo_seeds().seed == 2013
 
 
-@settings(max_examples=100, deadline=None)
-@given(seed=st.integers(0, 2**64 - 1), rank=ranks)
-def test_d9d_formula(seed: int, rank: int) -> None:
-    assert presets.d9d_seed(seed, rank) == (seed + rank) % 2**64
+# d9d d9d/internals/determinism/seed.py set_seeds: (seed + rank along one dim) % 2**64.
+@pytest.mark.parametrize(("seed", "rank", "expected"), [(5, 3, 8), (0, 0, 0), (2**64 - 2, 5, 3)])
+def test_d9d_table(seed: int, rank: int, expected: int) -> None:
+    assert presets.d9d_seed(seed, rank) == expected
 
 
-@settings(max_examples=100, deadline=None)
-@given(seed=seeds, sizes=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data())
-def test_torchtitan_formula_is_rank_seed_reversed(
-    seed: int, sizes: list[int], data: st.DataObject
-) -> None:
-    local = [data.draw(st.integers(0, s - 1)) for s in sizes]
-    offset, cumulative = 0, 1
-    for rank, size in zip(local, sizes, strict=True):  # torchtitan set_determinism, written out
-        offset += rank * cumulative
-        cumulative *= size
-    assert presets.torchtitan_seed(seed, local, sizes) == seed + offset
+# torchtitan torchtitan/distributed/utils.py set_determinism: seed + sum(local_rank_i *
+# prod(size_j for j < i)) over distinct_seed_mesh_dims -- the first dim varies fastest.
+TORCHTITAN = [
+    ((10, [1, 2], [2, 3]), 15),
+    ((10, [0, 1, 1], [2, 2, 2]), 16),
+    ((0, [3], [4]), 3),
+    ((100, [1, 0], [2, 5]), 101),
+]
+
+
+@pytest.mark.parametrize(("given", "expected"), TORCHTITAN)
+def test_torchtitan_table(given: tuple[int, list[int], list[int]], expected: int) -> None:
+    seed, local, sizes = given
+    assert presets.torchtitan_seed(seed, local, sizes) == expected
     names = [f"d{i}" for i in range(len(sizes))]
     coordinate = dict(zip(names, local, strict=True))
     mesh = dict(zip(names, sizes, strict=True))
-    assert hwrng.rank_seed(seed, coordinate, mesh, list(reversed(names))) == seed + offset
+    assert hwrng.rank_seed(seed, coordinate, mesh, list(reversed(names))) == expected
 
 
 def test_preset_input_checks() -> None:

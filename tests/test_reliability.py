@@ -14,7 +14,7 @@ import textwrap
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -304,7 +304,7 @@ HOSTILE = {
 
 @pytest.fixture
 def hostile_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from test_entry_points import write_distribution
+    from helpers import write_distribution
 
     for name, source in HOSTILE.items():
         write_distribution(tmp_path, f"{name}-hwrng", "1.0", f"{name}_hwrng", source, name)
@@ -470,17 +470,6 @@ def test_checks_read_a_cpu_generator_without_moving_it(cpu: hwrng.Platform) -> N
 # -- 15. isolate_rng puts random and NumPy back too ---------------------------------------
 
 
-@pytest.fixture
-def _restore_host_libraries() -> Iterator[None]:
-    import random
-
-    python, numpy = random.getstate(), np.random.get_state()
-    yield
-    random.setstate(python)
-    np.random.set_state(numpy)
-
-
-@pytest.mark.usefixtures("_restore_host_libraries")
 def test_isolate_rng_restores_random_and_numpy(cpu: hwrng.Platform) -> None:
     import random
 

@@ -157,19 +157,6 @@ def _same(
     )
 
 
-@pytest.fixture
-def restore_global_rngs() -> Iterator[None]:
-    py, npy, env = random.getstate(), np.random.get_state(), os.environ.get("PYTHONHASHSEED")
-    yield
-    random.setstate(py)
-    np.random.set_state(npy)
-    if env is None:
-        os.environ.pop("PYTHONHASHSEED", None)
-    else:
-        os.environ["PYTHONHASHSEED"] = env
-
-
-@pytest.mark.usefixtures("restore_global_rngs")
 def test_manual_seed_without_mesh_seeds_everything() -> None:
     assert hwrng.manual_seed(42, platform="cpu") == 42
     got = (torch.rand(3), random.random(), np.random.rand(), os.environ["PYTHONHASHSEED"])
@@ -188,7 +175,6 @@ def test_manual_seed_without_mesh_seeds_everything() -> None:
     assert hwrng.current_seeding() is None
 
 
-@pytest.mark.usefixtures("restore_global_rngs")
 def test_manual_seed_large_seed() -> None:
     seed = 2**64 - 1
     assert hwrng.manual_seed(seed, platform="cpu") == seed
@@ -200,7 +186,6 @@ def test_manual_seed_large_seed() -> None:
     assert first[1] != second[1] and first[2] != second[2]
 
 
-@pytest.mark.usefixtures("restore_global_rngs")
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
@@ -235,7 +220,6 @@ def test_manual_seed_refuses_mesh_and_groups_together() -> None:
     assert _same(before, _snapshot())
 
 
-@pytest.mark.usefixtures("restore_global_rngs")
 def test_deterministic_switch() -> None:
     was = torch.are_deterministic_algorithms_enabled()
     try:
@@ -245,7 +229,6 @@ def test_deterministic_switch() -> None:
         torch.use_deterministic_algorithms(was)
 
 
-@pytest.mark.usefixtures("restore_global_rngs")
 def test_seed_everything_returns_platform() -> None:
     assert hwrng.seed_everything(7, "cpu").name == "cpu"
     with pytest.raises(hwrng.InvalidSeedError):

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import torch
+from helpers import held_indices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.distributed.tensor import Partial, Replicate, Shard
@@ -18,28 +18,6 @@ from torch.distributed.tensor.placement_types import _StridedShard
 
 import hwrng
 from hwrng import ShardSpec, shard_offsets
-
-
-def held_indices(
-    shape: tuple[int, ...],
-    mesh_shape: tuple[int, ...],
-    placements: tuple[Any, ...],
-    coordinate: tuple[int, ...],
-) -> frozenset[int]:
-    """The oracle: split an index tensor as DTensor's Shard does (torch.chunk), dim by dim."""
-    local = torch.arange(math.prod(shape)).reshape(shape)
-    for placement, size, c in zip(placements, mesh_shape, coordinate, strict=True):
-        if isinstance(placement, Shard):
-            pieces = (
-                torch.chunk(local, size, dim=placement.dim) if local.shape[placement.dim] else ()
-            )
-            if c < len(pieces):
-                local = pieces[c]
-            else:
-                empty = list(local.shape)
-                empty[placement.dim] = 0
-                local = local.new_empty(empty)
-    return frozenset(local.flatten().tolist())
 
 
 @st.composite

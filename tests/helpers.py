@@ -1,0 +1,45 @@
+"""Oracles and builders shared by several test modules (independent of the code under test)."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.tensor import Shard
+
+__all__ = ["held_indices", "write_distribution"]
+
+
+def held_indices(
+    shape: tuple[int, ...],
+    mesh_shape: tuple[int, ...],
+    placements: tuple[Any, ...],
+    coordinate: tuple[int, ...],
+) -> frozenset[int]:
+    """The oracle: split an index tensor as DTensor's Shard does (torch.chunk), dim by dim."""
+    local = torch.arange(math.prod(shape)).reshape(shape)
+    for placement, size, c in zip(placements, mesh_shape, coordinate, strict=True):
+        if isinstance(placement, Shard):
+            pieces = (
+                torch.chunk(local, size, dim=placement.dim) if local.shape[placement.dim] else ()
+            )
+            if c < len(pieces):
+                local = pieces[c]
+            else:
+                empty = list(local.shape)
+                empty[placement.dim] = 0
+                local = local.new_empty(empty)
+    return frozenset(local.flatten().tolist())
+
+
+def write_distribution(
+    root: Path, dist: str, version: str, module: str, source: str, entry_name: str
+) -> None:
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[hwrng]\n{entry_name} = {module}\n")

@@ -21,6 +21,7 @@ autograd thread) would otherwise hang for ever.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import weakref
@@ -30,37 +31,68 @@ import torch
 
 from hwrng._exceptions import InvalidArgumentError, NestingError
 
-__all__ = ["CLAIM_TIMEOUT_ENV", "claim"]
+__all__ = ["CLAIM_TIMEOUT_ENV", "Claim", "claim", "claim_for"]
 
 CLAIM_TIMEOUT_ENV = "HWRNG_CLAIM_TIMEOUT"
 DEFAULT_CLAIM_TIMEOUT = 60.0
 
 
-class _Claim:
-    __slots__ = ("depth", "lock", "owner")
+class Claim:
+    """The process-wide claim on one generator: a re-entrant lock and who holds it.
+
+    ``regions`` counts the tracked regions the holding thread has open on the
+    generator; only the holder changes ``owner``, ``depth`` and ``regions``.
+    """
+
+    __slots__ = ("__weakref__", "depth", "lock", "owner", "regions")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.owner: str | None = None  # only the holding thread writes these two
+        self.owner: str | None = None
         self.depth = 0
+        self.regions = 0
+
+    def acquire(self, generator: torch.Generator) -> None:
+        """Take the claim for the calling thread (waiting for another holder), or raise."""
+        if not self.lock.acquire(blocking=False):
+            timeout = _timeout()
+            if not self.lock.acquire(timeout=timeout):
+                raise NestingError(
+                    f"the {generator.device} generator has been held by thread "
+                    f"{self.owner!r} for more than {timeout:g} s ({CLAIM_TIMEOUT_ENV}); hwrng "
+                    "serialises its contexts on one generator across threads, so a thread "
+                    "waiting for another while holding a claim it needs (e.g. a backward pass "
+                    "inside a named-state fork) cannot proceed"
+                )
+        if self.depth == 0:
+            self.owner = threading.current_thread().name
+        self.depth += 1
+
+    def release(self) -> None:
+        """Give back one level of the claim."""
+        self.depth -= 1
+        if self.depth == 0:
+            self.owner = None
+        self.lock.release()
 
 
 _table_lock = threading.Lock()
-_claims: weakref.WeakKeyDictionary[torch.Generator, _Claim] = weakref.WeakKeyDictionary()
+_claims: weakref.WeakKeyDictionary[torch.Generator, Claim] = weakref.WeakKeyDictionary()
 
 
-def _claim_for(generator: torch.Generator) -> _Claim:
+def claim_for(generator: torch.Generator) -> Claim:
+    """The claim of ``generator`` (made on first use; it lives as long as the generator)."""
     found = _claims.get(generator)
     if found is None:
         with _table_lock:
             found = _claims.get(generator)
             if found is None:
-                found = _claims[generator] = _Claim()
+                found = _claims[generator] = Claim()
     return found
 
 
-def _timeout() -> float:
-    text = os.environ.get(CLAIM_TIMEOUT_ENV, "").strip()
+@functools.lru_cache(maxsize=8)
+def _parse_timeout(text: str) -> float:
     if not text:
         return DEFAULT_CLAIM_TIMEOUT
     try:
@@ -70,6 +102,10 @@ def _timeout() -> float:
     if not value > 0:
         raise InvalidArgumentError(f"{CLAIM_TIMEOUT_ENV}={text!r} is not a positive number")
     return value
+
+
+def _timeout() -> float:
+    return _parse_timeout(os.environ.get(CLAIM_TIMEOUT_ENV, "").strip())
 
 
 @contextlib.contextmanager
@@ -85,28 +121,13 @@ def claim(*generators: torch.Generator) -> Iterator[None]:
         If another thread holds one of them for longer than the timeout.
     """
     unique = {id(g): g for g in generators}
-    ordered = [unique[key] for key in sorted(unique)]
-    held: list[_Claim] = []
-    timeout = _timeout()
-    me = threading.current_thread().name
+    held: list[Claim] = []
     try:
-        for generator in ordered:
-            entry = _claim_for(generator)
-            if not entry.lock.acquire(timeout=timeout):
-                raise NestingError(
-                    f"the {generator.device} generator has been held by thread "
-                    f"{entry.owner!r} for more than {timeout:g} s ({CLAIM_TIMEOUT_ENV}); hwrng "
-                    "serialises its contexts on one generator across threads, so a thread "
-                    "waiting for another while holding a claim it needs (e.g. a backward pass "
-                    "inside a named-state fork) cannot proceed"
-                )
-            entry.owner = me
-            entry.depth += 1
+        for key in sorted(unique):
+            entry = claim_for(unique[key])
+            entry.acquire(unique[key])
             held.append(entry)
         yield
     finally:
         for entry in reversed(held):
-            entry.depth -= 1
-            if entry.depth == 0:
-                entry.owner = None
-            entry.lock.release()
+            entry.release()

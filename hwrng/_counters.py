@@ -49,7 +49,17 @@ class CounterView(abc.ABC):
         For native counters the two are the same; hwrng's own checks use this
         one, so that a call refused after reading has changed nothing.
         """
-        return self.read(generator)
+        seed, offset, _ = self.locate(generator)
+        return seed, offset
+
+    def locate(self, generator: torch.Generator) -> tuple[int, int, bool]:
+        """:meth:`peek`, and whether the generator already sits exactly at that position.
+
+        ``False`` only for an emulated view whose generator has drawn since it
+        was positioned: :meth:`read` would move it there.
+        """
+        seed, offset = self.read(generator)
+        return seed, offset, True
 
     @abc.abstractmethod
     def write(self, generator: torch.Generator, seed: int, offset: int) -> None:

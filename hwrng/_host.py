@@ -61,18 +61,13 @@ _KEY_START = 24
 _KEY_END = _KEY_START + 8 * _MT_WORDS
 _MASK32 = 0xFFFFFFFF
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_SHIFTS = tuple(np.uint64(shift) for shift in (30, 27, 32))
-_WORD_STEPS = np.arange(1, _MT_WORDS + 1, dtype=np.uint64) * _GOLDEN
 # left = 1 (a twist mixes every word before the first draw), seeded = 1, next = 0: the
 # header torch's own seeding writes, which drawing changes for good (left/next move).
 _TEMPLATE = np.zeros(MT_STATE_BYTES, dtype=np.uint8)
 _TEMPLATE[8:16].view(np.int32)[:] = (1, 1)
 _POSITIONED_HEADER = _TEMPLATE[8:_KEY_START].tobytes()
 _POSITIONED_TAIL = _TEMPLATE[_KEY_END:].tobytes()
-_SPOT_CHECKS = (0, 3, 311, 623)  # words rebuilt to confirm a decoded position
+_KEY_DOMAIN = b"hwrng mt19937 key v2"
 
 
 def _splitmix(z: int) -> int:
@@ -86,36 +81,22 @@ def _offset_mask(seed: int) -> int:
     return _splitmix(seed ^ 0x6F66667365742D6B)
 
 
-def _key_base(seed: int, offset: int) -> int:
-    return _splitmix(seed ^ 0x68776E672D6370) ^ _splitmix((offset + 0x243F6A8885A308D3) & U64)
+def _key_words(seed: int, offset: int) -> np.ndarray:
+    """The 624 state words (one per uint64 slot) hwrng keys ``(seed, offset)`` with.
 
-
-def _word(base: int, index: int) -> int:
-    """Word ``index`` of the key :func:`_fill_words` makes from ``base`` (scalar)."""
-    z = (base + (index + 1) * 0x9E3779B97F4A7C15) & U64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & U64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & U64
-    return z >> 32
-
-
-def _fill_words(words: np.ndarray, base: int) -> None:
-    """Fill ``words`` (624 uint64) with 32-bit words: SplitMix64 over a Weyl sequence from base.
-
-    The Mersenne Twister only needs a well-mixed, non-degenerate start; this
-    costs a few microseconds where ``numpy.random.SeedSequence`` costs ~75. It
-    works in place to keep NumPy's per-call overhead down. The last xor-shift
-    of SplitMix64 is left out: it changes only the low bits the shift drops.
+    SHAKE-128, an extendable-output hash, turns all 64 bits of the seed and of
+    the offset into 2,496 bytes in one call: distinct pairs get independent
+    keys, which is all a Mersenne Twister needs (a well-mixed, non-degenerate
+    start), for a few microseconds. Words 1 and 2 then carry the offset, masked
+    by a key of the seed, so that the pair can be read back.
     """
-    shift30, shift27, shift32 = _SHIFTS
-    scratch = np.empty(_MT_WORDS, dtype=np.uint64)
-    np.add(_WORD_STEPS, np.uint64(base), out=words)
-    np.right_shift(words, shift30, out=scratch)
-    np.bitwise_xor(words, scratch, out=words)
-    np.multiply(words, _MIX1, out=words)
-    np.right_shift(words, shift27, out=scratch)
-    np.bitwise_xor(words, scratch, out=words)
-    np.multiply(words, _MIX2, out=words)
-    np.right_shift(words, shift32, out=words)
+    material = _KEY_DOMAIN + seed.to_bytes(8, "little") + offset.to_bytes(8, "little")
+    words = np.frombuffer(hashlib.shake_128(material).digest(4 * _MT_WORDS), dtype=np.uint32)
+    slots = words.astype(np.uint64)
+    mask = _offset_mask(seed)
+    slots[1] = (offset & _MASK32) ^ (mask & _MASK32)
+    slots[2] = (offset >> 32) ^ (mask >> 32)
+    return slots
 
 
 @functools.lru_cache(maxsize=64)
@@ -124,6 +105,18 @@ def _torch_seeded(seed: int) -> bytes:
     scratch = torch.Generator()
     scratch.manual_seed(seed)
     return scratch.get_state().numpy().tobytes()
+
+
+def _raw_state(seed: int, offset: int) -> bytes:
+    """The bytes of the state :func:`mersenne_state` gives."""
+    if offset == 0 and seed < 2**32:
+        return _torch_seeded(seed)
+    words = _key_words(seed, offset).tobytes()
+    return seed.to_bytes(8, "little") + _POSITIONED_HEADER + words + _POSITIONED_TAIL
+
+
+def _tensor(raw: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
 
 
 def mersenne_state(seed: int, offset: int) -> torch.Tensor:
@@ -137,16 +130,7 @@ def mersenne_state(seed: int, offset: int) -> torch.Tensor:
     State words 1 and 2 carry the offset, masked by a key of the seed, so that
     the pair can be read back from the state alone.
     """
-    if offset == 0 and seed < 2**32:
-        return torch.frombuffer(bytearray(_torch_seeded(seed)), dtype=torch.uint8)
-    raw = _TEMPLATE.copy()
-    raw[0:8].view(np.uint64)[0] = seed
-    words = raw[_KEY_START:_KEY_END].view(np.uint64)
-    _fill_words(words, _key_base(seed, offset))
-    mask = _offset_mask(seed)
-    words[1] = (offset & _MASK32) ^ (mask & _MASK32)
-    words[2] = (offset >> 32) ^ (mask >> 32)
-    return torch.from_numpy(raw)
+    return _tensor(_raw_state(seed, offset))
 
 
 def _decode(raw: bytes, seed: int) -> int | None:
@@ -154,19 +138,16 @@ def _decode(raw: bytes, seed: int) -> int | None:
 
     Drawing changes the header for good (``left``/``next`` move), and a cached
     normal sample changes the tail, so neither can pass; the decoded offset is
-    then confirmed against a few rebuilt words.
+    then confirmed by rebuilding the key.
     """
     if raw[8:_KEY_START] != _POSITIONED_HEADER or raw[_KEY_END:] != _POSITIONED_TAIL:
         return None
-    words = np.frombuffer(raw, dtype=np.uint64, count=_MT_WORDS, offset=_KEY_START)
+    words = np.frombuffer(raw, dtype=np.uint64, count=3, offset=_KEY_START)
     mask = _offset_mask(seed)
     offset = (int(words[1]) ^ (mask & _MASK32)) | (int(words[2]) ^ (mask >> 32)) << 32
     if offset % 4 or offset > MAX_OFFSET or (offset == 0 and seed < 2**32):
         return None
-    base = _key_base(seed, offset)
-    if any(int(words[i]) != _word(base, i) for i in _SPOT_CHECKS if i not in (1, 2)):
-        return None
-    return offset
+    return offset if _raw_state(seed, offset) == raw else None
 
 
 def _digest(raw: bytes) -> bytes:
@@ -205,7 +186,7 @@ class MersenneCounter(CounterView):
             )
         return state.numpy().tobytes()
 
-    def _locate(self, generator: torch.Generator) -> tuple[int, int, bool]:
+    def locate(self, generator: torch.Generator) -> tuple[int, int, bool]:
         """Return ``(seed, offset, settled)``: ``settled`` is False where reading must move it."""
         raw = self._raw(generator)
         written = self._written.get(generator)
@@ -230,23 +211,18 @@ class MersenneCounter(CounterView):
 
     def read(self, generator: torch.Generator) -> tuple[int, int]:
         """Return the ``(seed, offset)`` the generator draws from next, moving it there."""
-        seed, offset, settled = self._locate(generator)
+        seed, offset, settled = self.locate(generator)
         if not settled:
             self.write(generator, seed, offset)
-        return seed, offset
-
-    def peek(self, generator: torch.Generator) -> tuple[int, int]:
-        """Return what :meth:`read` would, leaving the generator exactly as it is."""
-        seed, offset, _ = self._locate(generator)
         return seed, offset
 
     # -- writing --------------------------------------------------------------------
 
     def write(self, generator: torch.Generator, seed: int, offset: int) -> None:
         """Put the generator in the state assigned to ``(seed, offset)``."""
-        state = mersenne_state(seed, offset)
-        generator.set_state(state)
-        self._written[generator] = (seed, offset, state.numpy().tobytes())
+        raw = _raw_state(seed, offset)
+        generator.set_state(_tensor(raw))
+        self._written[generator] = (seed, offset, raw)
         anchors = self._anchors.get(generator)
         if anchors is None:
             anchors = self._anchors[generator] = OrderedDict()

@@ -429,6 +429,7 @@ class DeviceModulePlatform(Platform):
     def __init__(self) -> None:
         self._counter: CounterView = PhiloxCounter()
         self._module: ModuleType | None = None
+        self._generators: tuple[torch.Generator, ...] | None = None
 
     @property
     def counter(self) -> CounterView:
@@ -524,7 +525,14 @@ class DeviceModulePlatform(Platform):
         return bool(probe()) if callable(probe) else True
 
     def generator(self, device: DeviceLike = None) -> torch.Generator:
-        """Return the default generator of ``device``, initialising the device module."""
+        """Return the default generator of ``device``, initialising the device module.
+
+        After the first call the generators are cached: the current device's
+        is then a list lookup (this runs for every tracked op).
+        """
+        cached = self._generators
+        if cached is not None and device is None:
+            return cached[int(self.device_handle.current_device())]
         self.require_available()
         index = self.device_index(device)
         module = self.device_handle
@@ -536,6 +544,8 @@ class DeviceModulePlatform(Platform):
             raise BackendUnavailableError(
                 self.name, f"torch.{self.name}.default_generators has no generator {index}"
             )
+        if len(generators) == self.device_count():
+            self._generators = tuple(generators)
         generator = generators[index]
         assert isinstance(generator, torch.Generator)
         return generator

@@ -94,6 +94,9 @@ class ShardSpec:
     _layout: tuple[tuple[int, int] | None, ...] = field(
         init=False, repr=False, compare=False, hash=False
     )
+    _offsets: tuple[int, int] | None = field(
+        init=False, default=None, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         shape = int_tuple(self.shape, "shape")
@@ -248,7 +251,6 @@ def _layout_of(placement: object, ndim: int) -> tuple[int, int] | None:
     return dim % ndim, split_factor
 
 
-@functools.lru_cache(maxsize=4096)
 def shard_offsets(spec: ShardSpec) -> tuple[int, int]:
     """Return ``(start_increment, end_increment)`` for one random op on ``spec``.
 
@@ -275,5 +277,9 @@ def shard_offsets(spec: ShardSpec) -> tuple[int, int]:
     """
     if not isinstance(spec, ShardSpec):
         raise InvalidArgumentError(f"shard_offsets needs a ShardSpec, got {type(spec).__name__}")
-    stride = _align4(spec.largest_shard_numel())
-    return spec.shard_index * stride, spec.num_shards * stride
+    found = spec._offsets
+    if found is None:  # a spec is immutable: compute once, on first use
+        stride = _align4(spec.largest_shard_numel())
+        found = (spec.shard_index * stride, spec.num_shards * stride)
+        object.__setattr__(spec, "_offsets", found)
+    return found

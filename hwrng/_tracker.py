@@ -8,13 +8,12 @@ CUDA it never synchronises with the device either).
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import torch
 
-from hwrng._claims import claim
+from hwrng._claims import Claim, claim_for
 from hwrng._exceptions import InvalidArgumentError, InvalidOffsetError, NestingError
 from hwrng._platform import DeviceLike, Platform
 from hwrng._registry import resolve_platform
@@ -22,16 +21,6 @@ from hwrng._sharding import ShardSpec, shard_offsets
 from hwrng._validation import MAX_OFFSET, check_flag, check_seed
 
 __all__ = ["OffsetTracker"]
-
-_in_region = threading.local()
-
-
-def _regions() -> set[int]:
-    open_here: set[int] | None = getattr(_in_region, "ids", None)
-    if open_here is None:
-        open_here = _in_region.ids = set()
-    return open_here
-
 
 class OffsetTracker:
     """Places each rank's random draws for ops on sharded tensors.
@@ -67,7 +56,6 @@ class OffsetTracker:
         self.platform = resolve_platform(platform)
         self.device = None if device is None else self.platform.device_index(device)
 
-    @contextlib.contextmanager
     def region(
         self,
         spec: ShardSpec,
@@ -75,7 +63,7 @@ class OffsetTracker:
         *,
         via_default: bool = False,
         draw_seed: int | None = None,
-    ) -> Iterator[torch.Generator]:
+    ) -> AbstractContextManager[torch.Generator]:
         """Run the body as this rank's part of one random op on ``spec``.
 
         On entry the generator moves from ``(seed, offset)`` to ``(seed, offset
@@ -102,76 +90,146 @@ class OffsetTracker:
             see :meth:`hwrng.Seeding.dtensor_seed`); the tracked generator keeps
             its seed and ends at ``offset + end_increment`` as always.
 
-        Yields
-        ------
-        torch.Generator
-            The generator the body must draw from.
+        Returns
+        -------
+        contextlib.AbstractContextManager
+            ``with tracker.region(spec) as generator:`` gives the generator the
+            body must draw from.
 
         Raises
         ------
         InvalidArgumentError
-            If ``spec`` is not a :class:`~hwrng.ShardSpec` or ``via_default`` not a bool.
+            If ``spec`` is not a :class:`~hwrng.ShardSpec`, ``via_default`` not a
+            bool, or ``generator`` not one of the platform's (when called).
         InvalidSeedError
-            If ``draw_seed`` is not a seed.
+            If ``draw_seed`` is not a seed (when called).
         NestingError
-            If a region is already open on the same generator in this thread.
+            If a region is already open on the same generator in this thread
+            (when entered).
         InvalidOffsetError
-            If the op would move the offset past ``2**63``.
+            If the op would move the offset past ``2**63`` (when entered).
         """
         if not isinstance(spec, ShardSpec):
             raise InvalidArgumentError(f"region needs a ShardSpec, got {type(spec).__name__}")
         check_flag(via_default, "via_default")
+        if generator is not None:
+            self.platform.check_generator(generator)
         if draw_seed is None:
             choose = None
         else:
             fixed = check_seed(draw_seed, "draw_seed")
             choose = lambda own: fixed  # noqa: E731 - the one-line rule reads best here
-        with self.positioned(spec, generator, via_default, choose) as drawn:
-            yield drawn
+        return _Region(self, spec, generator, via_default, choose)
 
-    @contextlib.contextmanager
     def positioned(
         self,
         spec: ShardSpec,
         generator: torch.Generator | None,
         via_default: bool,
         choose_seed: Callable[[int], int] | None,
-    ) -> Iterator[torch.Generator]:
+    ) -> AbstractContextManager[torch.Generator]:
         """:meth:`region` for hwrng's own callers, with arguments already checked.
 
         ``choose_seed`` maps the tracked generator's seed to the seed the shard
         is drawn with (``None``: the same seed).
         """
-        platform = self.platform
-        default = platform.generator(self.device)
-        tracked = default if generator is None else platform.check_generator(generator)
-        drawn = default if via_default else tracked
-        start, end = shard_offsets(spec)
-        with claim(drawn, tracked):
-            open_here = _regions()
-            keys = {id(drawn), id(tracked)}
-            if open_here & keys:
+        return _Region(self, spec, generator, via_default, choose_seed)
+
+
+class _Region:
+    """One tracked region: a plain context-manager object, since it runs for every op."""
+
+    __slots__ = (
+        "_choose",
+        "_claims",
+        "_drawn",
+        "_end",
+        "_generator",
+        "_saved",
+        "_seed",
+        "_spec",
+        "_tracked",
+        "_tracker",
+        "_via_default",
+    )
+
+    def __init__(
+        self,
+        tracker: OffsetTracker,
+        spec: ShardSpec,
+        generator: torch.Generator | None,
+        via_default: bool,
+        choose: Callable[[int], int] | None,
+    ) -> None:
+        self._tracker = tracker
+        self._spec = spec
+        self._generator = generator
+        self._via_default = via_default
+        self._choose = choose
+        self._claims: tuple[Claim, ...] = ()
+
+    def __enter__(self) -> torch.Generator:
+        platform = self._tracker.platform
+        counter = platform.counter
+        default = platform.generator(self._tracker.device)
+        tracked = default if self._generator is None else self._generator
+        drawn = default if self._via_default else tracked
+        start, end = shard_offsets(self._spec)
+        claims = _acquire(drawn, tracked)
+        try:
+            if any(c.regions for c in claims):
                 raise NestingError(
                     f"a tracked region is already open on the {tracked.device} generator; "
                     "regions on one generator do not nest (the inner op would draw inside "
                     "the outer op's shard ranges)"
                 )
-            seed, offset = platform.counter.peek(tracked)
+            seed, offset, settled = counter.locate(tracked)
             if offset + end > MAX_OFFSET:
                 raise InvalidOffsetError(
                     f"the {tracked.device} generator is at offset {offset}; an op of "
                     f"{end} more would pass 2**63"
                 )
-            open_here.update(keys)
-            try:
-                saved = drawn.get_state() if drawn is not tracked else None
-                draw_seed = seed if choose_seed is None else choose_seed(seed)
-                platform.position(drawn, draw_seed, offset + start)
-                try:
-                    yield drawn
-                finally:
-                    if saved is not None:
-                        drawn.set_state(saved)
-                    platform.position(tracked, seed, offset + end)
-            finally:
-                open_here.difference_update(keys)
+            self._saved = drawn.get_state() if drawn is not tracked else None
+            draw_seed = seed if self._choose is None else self._choose(seed)
+            if not (settled and drawn is tracked and start == 0 and draw_seed == seed):
+                platform.position(drawn, draw_seed, offset + start)  # else: already there
+        except BaseException:
+            _release(claims)
+            raise
+        for entry in claims:
+            entry.regions += 1
+        self._claims = claims
+        self._drawn, self._tracked = drawn, tracked
+        self._seed, self._end = seed, offset + end
+        return drawn
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if self._saved is not None:
+                self._drawn.set_state(self._saved)
+            self._tracker.platform.position(self._tracked, self._seed, self._end)
+        finally:
+            for entry in self._claims:
+                entry.regions -= 1
+            _release(self._claims)
+
+
+def _acquire(drawn: torch.Generator, tracked: torch.Generator) -> tuple[Claim, ...]:
+    if drawn is tracked:
+        entry = claim_for(tracked)
+        entry.acquire(tracked)
+        return (entry,)
+    first, second = sorted((drawn, tracked), key=id)  # one global order: no deadlock
+    claims = (claim_for(first), claim_for(second))
+    claims[0].acquire(first)
+    try:
+        claims[1].acquire(second)
+    except BaseException:
+        claims[0].release()
+        raise
+    return claims
+
+
+def _release(claims: tuple[Claim, ...]) -> None:
+    for entry in reversed(claims):
+        entry.release()

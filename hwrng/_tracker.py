@@ -22,6 +22,7 @@ from hwrng._validation import MAX_OFFSET, check_flag, check_seed
 
 __all__ = ["OffsetTracker"]
 
+
 class OffsetTracker:
     """Places each rank's random draws for ops on sharded tensors.
 

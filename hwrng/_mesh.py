@@ -22,6 +22,7 @@ __all__ = [
     "MeshLayout",
     "check_sizes",
     "linear_index",
+    "mesh_ranks",
     "mesh_sizes",
     "require_known",
     "strides",
@@ -104,6 +105,14 @@ def mesh_dim_names(mesh: DeviceMesh) -> tuple[str, ...]:
     return tuple(names)
 
 
+def mesh_ranks(mesh: DeviceMesh) -> tuple[int, ...]:
+    """The global ranks of a DeviceMesh, row-major (read for real even while tracing)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # under torch.compile the mesh tensor is a real one
+        return tuple(int(r) for r in mesh.mesh.flatten().tolist())
+
+
 def mesh_sizes(mesh: object) -> dict[str, int]:
     """Dim sizes of a mapping (``{"dp": 2, "tp": 4}``) or of a DeviceMesh."""
     if isinstance(mesh, Mapping):
@@ -141,7 +150,7 @@ class MeshLayout:
     @classmethod
     def of(cls, mesh: DeviceMesh) -> MeshLayout:
         """The layout of a DeviceMesh (its dim names and the ranks of its mesh tensor)."""
-        ranks = tuple(int(r) for r in mesh.mesh.flatten().tolist())
+        ranks = mesh_ranks(mesh)
         identity = ranks == tuple(range(len(ranks)))
         return cls(mesh_dim_names(mesh), tuple(mesh.shape), None if identity else ranks)
 

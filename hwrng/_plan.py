@@ -31,6 +31,7 @@ from hwrng._mesh import (
     check_sizes,
     linear_index,
     mesh_dim_names,
+    mesh_ranks,
     mesh_sizes,
     require_known,
     strides,
@@ -267,7 +268,7 @@ class Seeding:
         process groups), or when the mesh has a dim of that name (for a
         preset's named ranks, whose mesh is unknown).
         """
-        ranks = tuple(int(r) for r in mesh.mesh.flatten().tolist())
+        ranks = mesh_ranks(mesh)
         found = self._dtensor_seeds.get(ranks)
         if found is None:
             names = set(mesh_dim_names(mesh))

@@ -120,7 +120,7 @@ class OffsetTracker:
         else:
             fixed = check_seed(draw_seed, "draw_seed")
             choose = lambda own: fixed  # noqa: E731 - the one-line rule reads best here
-        return _Region(self, spec, generator, via_default, choose)
+        return _Region(self, shard_offsets(spec), generator, via_default, choose)
 
     def positioned(
         self,
@@ -134,7 +134,18 @@ class OffsetTracker:
         ``choose_seed`` maps the tracked generator's seed to the seed the shard
         is drawn with (``None``: the same seed).
         """
-        return _Region(self, spec, generator, via_default, choose_seed)
+        return _Region(self, shard_offsets(spec), generator, via_default, choose_seed)
+
+    def positioned_by(
+        self,
+        start: int,
+        end: int,
+        generator: torch.Generator | None,
+        via_default: bool,
+        choose_seed: Callable[[int], int] | None,
+    ) -> AbstractContextManager[torch.Generator]:
+        """:meth:`positioned` with the increments given (from :func:`hwrng.shard_offsets`)."""
+        return _Region(self, (start, end), generator, via_default, choose_seed)
 
 
 class _Region:
@@ -146,9 +157,9 @@ class _Region:
         "_drawn",
         "_end",
         "_generator",
+        "_offsets",
         "_saved",
         "_seed",
-        "_spec",
         "_tracked",
         "_tracker",
         "_via_default",
@@ -157,13 +168,13 @@ class _Region:
     def __init__(
         self,
         tracker: OffsetTracker,
-        spec: ShardSpec,
+        offsets: tuple[int, int],
         generator: torch.Generator | None,
         via_default: bool,
         choose: Callable[[int], int] | None,
     ) -> None:
         self._tracker = tracker
-        self._spec = spec
+        self._offsets = offsets
         self._generator = generator
         self._via_default = via_default
         self._choose = choose
@@ -175,7 +186,7 @@ class _Region:
         default = platform.generator(self._tracker.device)
         tracked = default if self._generator is None else self._generator
         drawn = default if self._via_default else tracked
-        start, end = shard_offsets(self._spec)
+        start, end = self._offsets
         claims = _acquire(drawn, tracked)
         try:
             if any(c.regions for c in claims):

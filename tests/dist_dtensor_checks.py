@@ -197,3 +197,122 @@ def checkpointed_dropout(sharded: list[str]) -> dict[str, Any]:
         "masks": masks,
         "grad_is_mask": torch.equal(grad, 2 * torch.tensor(masks[0])),
     }
+
+
+def extra_random_ops(op: str) -> dict[str, Any]:
+    """An in-place random op torch's DTensor leaves out, on a (2, 4) mesh: shards must differ."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    calls = {
+        "log_normal_": lambda t: t.log_normal_(),
+        "exponential_": lambda t: t.exponential_(),
+        "geometric_": lambda t: t.geometric_(0.3),
+        "cauchy_": lambda t: t.cauchy_(),
+        "random_": lambda t: t.random_(0, 1000),
+    }
+    with _adapter(True) as platform:
+        hwrng.manual_seed(4, mesh, sharded_dims=["tp"], platform="cpu")
+        tensor = distribute_tensor(torch.zeros(16, 4), mesh, [Replicate(), Shard(0)])
+        with CommDebugMode() as comms:
+            calls[op](tensor)
+        report = _report(tensor, platform, mesh)
+        report["collectives"] = comms.get_total_counts()
+        return report
+
+
+def dtensor_manual_seed_on_a_cpu_mesh(seed: int) -> dict[str, Any]:
+    """DTensor's own manual_seed(seed, mesh), as torchtitan calls it, seeds on a CPU mesh."""
+    import warnings
+
+    from torch.distributed.tensor import _random
+
+    mesh = init_device_mesh("cpu", (8,))
+    with _adapter(True), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _random.manual_seed(seed, mesh)
+        return {"seed": torch.initial_seed(), "supported": _random.is_rng_supported_mesh(mesh)}
+
+
+def meta_init(how: str) -> dict[str, Any]:
+    """A model built on the meta device, parallelised, materialised with to_empty and
+    initialised with reset_parameters: the init draws through the adapter, issues no
+    collective, and gives tp shards distinct values and replicated parameters equal ones."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    hwrng.manual_seed(9, mesh, sharded_dims=["tp"], platform="cpu")
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 8))
+    if how == "tp":
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
+
+        parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    else:
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(model, mesh=mesh["tp"])
+    model.to_empty(device="cpu")
+    with _adapter(True), CommDebugMode() as comms:
+        for module in model:
+            module.reset_parameters()
+    return {
+        "coordinate": tuple(mesh.get_coordinate() or ()),
+        "collectives": comms.get_total_counts(),
+        "locals": {n: p.to_local().flatten().tolist() for n, p in model.named_parameters()},
+        "placements": {n: str(p.placements) for n, p in model.named_parameters()},
+    }
+
+
+def _local_tensor_ops(mesh: Any) -> tuple[Any, Any, Any]:
+    uniform = distribute_tensor(torch.zeros(4, 4), mesh, [Replicate(), Shard(0)]).uniform_()
+    twice = distribute_tensor(torch.zeros(4, 6), mesh, [Shard(1), Shard(0)])
+    torch.nn.init.normal_(twice)
+    return uniform, twice, torch.rand(2)
+
+
+def real_ranks_for_local_tensor_mode() -> dict[str, Any] | None:
+    """What ranks 0..3 of a real 2x2 mesh draw (ranks 4..7 only build the mesh)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    mesh = DeviceMesh("cpu", [[0, 1], [2, 3]])
+    if mesh.get_coordinate() is None:
+        return None
+    with _adapter(True):
+        hwrng.seed_everything(0, "cpu")
+        uniform, twice, after = _local_tensor_ops(mesh)
+        return {
+            "uniform": uniform.to_local().tolist(),
+            "twice": twice.to_local().tolist(),
+            "after": after.tolist(),
+        }
+
+
+LOCAL_TENSOR_SCRIPT = """
+import json, torch, torch.distributed as dist, hwrng
+from torch.distributed._local_tensor import LocalTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing._internal.distributed.fake_pg import FakeStore
+import dist_dtensor_checks as checks
+
+dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
+mesh = init_device_mesh("cpu", (2, 2))
+hwrng.dtensor.install("cpu")
+hwrng.seed_everything(0, "cpu")
+with LocalTensorMode(4):
+    uniform, twice, after = checks._local_tensor_ops(mesh)
+    per_rank = {
+        r: {
+            "uniform": uniform.to_local()._local_tensors[r].tolist(),
+            "twice": twice.to_local()._local_tensors[r].tolist(),
+            "after": after._local_tensors[r].tolist() if hasattr(after, "_local_tensors")
+            else after.tolist(),
+        }
+        for r in range(4)
+    }
+print(json.dumps(per_rank))
+"""

@@ -55,6 +55,56 @@ def test_a_different_hook_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_an_old_torch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dtensor.torch, "__version__", "2.3.1")
+    import torch
+
+    monkeypatch.setattr(torch, "__version__", "2.3.1")
     with pytest.raises(hwrng.DTensorHookError, match=r"needs torch >= 2\.9, found 2\.3\.1"):
         dtensor.install("cpu")
+
+
+def test_uninstall_puts_back_every_hook() -> None:
+    from torch.distributed.tensor import DTensor
+
+    handlers = dict(DTensor._op_dispatcher._custom_op_handlers)
+    supported = _random.is_rng_supported_mesh
+    dtensor.install("cpu")
+    assert _random.is_rng_supported_mesh is not supported
+    assert len(DTensor._op_dispatcher._custom_op_handlers) == len(handlers) + 7
+    dtensor.uninstall()
+    assert _random.is_rng_supported_mesh is supported
+    assert DTensor._op_dispatcher._custom_op_handlers == handlers
+
+
+def test_compiled_dropout_draws_what_eager_draws(tmp_path: object) -> None:
+    """torch.compile traces the region as two ordered ops: compiled == eager, bit for bit."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        f"""
+        import torch, torch.distributed as dist, hwrng
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+        dist.init_process_group("gloo", init_method="file://{tmp_path}/rdv", rank=0, world_size=1)
+        mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("tp",))
+        hwrng.dtensor.install("cpu")
+        step = lambda t: torch.nn.functional.dropout(t, p=0.5) + torch.rand_like(t)
+        compiled = torch.compile(step, backend="aot_eager", fullgraph=False)
+        x = distribute_tensor(torch.ones(4, 8), mesh, [Shard(0)])
+        hwrng.manual_seed(7, mesh, sharded_dims=["tp"], platform="cpu")
+        eager = [step(x).to_local() for _ in range(3)]
+        position = hwrng.get_platform("cpu").counter.peek(torch.default_generator)
+        hwrng.manual_seed(7, mesh, sharded_dims=["tp"], platform="cpu")
+        traced = [compiled(x).to_local() for _ in range(3)]
+        assert all(torch.equal(a, b) for a, b in zip(eager, traced)), "values differ"
+        assert hwrng.get_platform("cpu").counter.peek(torch.default_generator) == position
+        assert not torch.equal(eager[0], eager[1]), "each call draws anew"
+        print("ok")
+        dist.destroy_process_group()
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

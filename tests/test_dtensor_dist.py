@@ -215,3 +215,62 @@ def test_activation_checkpointing_recomputes_the_dtensor_mask(
     for a, b in itertools.combinations(results, 2):
         same_shard = a["coordinate"][1] == b["coordinate"][1]
         assert (a["masks"][0] == b["masks"][0]) == same_shard
+
+
+@pytest.mark.parametrize("op", ["log_normal_", "exponential_", "geometric_", "cauchy_", "random_"])
+def test_random_ops_torch_leaves_out_are_routed(pool: DistributedPool, op: str) -> None:
+    reports = pool.run(checks.extra_random_ops, op)
+    assert all(r["collectives"] == 0 for r in reports), "a random op issued a collective"
+    by_shard: dict[int, list[list[float]]] = {}
+    for r in reports:
+        by_shard.setdefault(r["coordinate"][1], []).append(r["local"])
+    assert all(a == b for replicas in by_shard.values() for a, b in itertools.pairwise(replicas))
+    firsts = [replicas[0] for replicas in by_shard.values()]
+    assert all(a != b for a, b in itertools.combinations(firsts, 2)), "shards drew alike"
+    assert len({r["counter"][1] for r in reports}) == 1, "every rank ends at one offset"
+
+
+def test_dtensor_manual_seed_seeds_on_a_cpu_mesh(pool: DistributedPool) -> None:
+    results = pool.run(checks.dtensor_manual_seed_on_a_cpu_mesh, 31)
+    assert results == [{"seed": 31, "supported": True}] * 8
+
+
+@pytest.mark.parametrize("how", ["tp", "fsdp"])
+def test_meta_device_init_goes_through_the_adapter(pool: DistributedPool, how: str) -> None:
+    results = pool.run(checks.meta_init, how)
+    assert all(r["collectives"] == 0 for r in results), "initialisation issued a collective"
+    for name, placement in results[0]["placements"].items():
+        by_tp: dict[int, set[tuple[float, ...]]] = {}
+        for r in results:
+            by_tp.setdefault(r["coordinate"][1], set()).add(tuple(r["locals"][name]))
+        assert all(len(values) == 1 for values in by_tp.values()), f"{name}: dp replicas differ"
+        distinct = {next(iter(values)) for values in by_tp.values()}
+        if "Shard" in placement:
+            assert len(distinct) == len(by_tp), f"{name} ({placement}): tp shards drew alike"
+        else:
+            assert len(distinct) == 1, f"{name} ({placement}): replicated values differ"
+
+
+def test_local_tensor_mode_draws_what_real_ranks_draw(pool: DistributedPool) -> None:
+    """Simulated ranks (torch's LocalTensorMode, which torch's own tests use) match real ones."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    real = pool.run(checks.real_ranks_for_local_tensor_mode)[:4]
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), *sys.path])}
+    result = subprocess.run(
+        [sys.executable, "-c", checks.LOCAL_TENSOR_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    simulated = json.loads(result.stdout.strip().splitlines()[-1])
+    for rank in range(4):
+        assert simulated[str(rank)] == real[rank], f"rank {rank}"
+    assert real[0]["uniform"] == real[2]["uniform"] != real[1]["uniform"]

@@ -1,0 +1,229 @@
+"""Every private part of torch the DTensor adapter touches: checked, patched, put back.
+
+:func:`check` runs before :func:`hwrng.dtensor.install` changes anything and
+names every private attribute that moved, so a torch upgrade fails loudly
+instead of silently. :class:`Patches` applies, and :meth:`Patches.undo` undoes,
+what the adapter changes besides the tracker itself:
+
+* ``_random.is_rng_supported_mesh`` says True for the platform's meshes, so
+  DTensor's own ``manual_seed(seed, mesh)`` seeds (torchtitan seeds pipeline
+  stages through it) instead of warning and doing nothing on a CPU mesh;
+* ``log_normal_``, ``exponential_``, ``geometric_``, ``cauchy_`` and ``random_``,
+  which torch does not treat as random ops (every shard drew the same numbers),
+  get DTensor op handlers that run them in the tracked region;
+* torch's ``run_dtensor_rng_op`` -- how torch runs plain CUDA DTensor random
+  ops, asking the tracker only for offsets -- gets a CUDA kernel that draws
+  through hwrng's region, with the seed common to the op's mesh.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from hwrng._exceptions import DTensorHookError, MeshError
+from hwrng._platform import Platform
+
+__all__ = ["EXTRA_RANDOM_OPS", "MIN_TORCH", "Patches", "check"]
+
+#: The oldest torch whose DTensor RNG hook this adapter is written for: 2.9 is the first
+#: release whose ``_distribute_region`` takes a user's generator (pytorch/pytorch#159933).
+MIN_TORCH = (2, 9)
+
+
+def _torch_version() -> tuple[int, int]:
+    release = torch.__version__.split("+")[0].split(".")
+    try:
+        return int(release[0]), int(release[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def _extra_random_ops() -> list[Any]:
+    aten = torch.ops.aten
+    return [
+        aten.log_normal_.default,
+        aten.exponential_.default,
+        aten.geometric_.default,
+        aten.cauchy_.default,
+        aten.random_.default,
+        aten.random_.to,
+        getattr(aten.random_, "from"),
+    ]
+
+
+#: In-place random ops torch's DTensor does not route through the tracker.
+EXTRA_RANDOM_OPS = (
+    "log_normal_",
+    "exponential_",
+    "geometric_",
+    "cauchy_",
+    "random_",
+)
+
+
+def check() -> ModuleType:
+    """Import torch's DTensor RNG module after checking everything the adapter relies on.
+
+    Raises
+    ------
+    DTensorHookError
+        Naming every private attribute that is missing or changed shape.
+    """
+    found = torch.__version__
+    if _torch_version() < MIN_TORCH:
+        raise DTensorHookError(
+            f"hwrng's DTensor adapter needs torch >= {'.'.join(map(str, MIN_TORCH))}, found {found}"
+        )
+    try:
+        from torch.distributed.tensor import DTensor, _random
+    except ImportError as error:
+        raise DTensorHookError(
+            f"torch {found} has no torch.distributed.tensor._random: {error}"
+        ) from error
+    problems = [
+        f"no _random.{name}"
+        for name in ("_rng_tracker", "OffsetBasedRNGTracker", "is_rng_supported_mesh")
+        if not hasattr(_random, name)
+    ]
+    base = getattr(_random, "OffsetBasedRNGTracker", None)
+    if base is not None:
+        region = getattr(base, "_distribute_region", None)
+        if region is None:
+            problems.append("no OffsetBasedRNGTracker._distribute_region")
+        else:
+            params = list(inspect.signature(region).parameters)
+            if params[:3] != ["self", "spec", "generator"]:
+                problems.append(f"_distribute_region takes {params}, not (self, spec, generator)")
+        if not isinstance(getattr(base, "distribute_region_enabled", None), property):
+            problems.append("no distribute_region_enabled property")
+        if not callable(getattr(base, "_compute_rng_offsets", None)):
+            problems.append("no OffsetBasedRNGTracker._compute_rng_offsets")
+    handlers = getattr(getattr(DTensor, "_op_dispatcher", None), "_custom_op_handlers", None)
+    if not isinstance(handlers, dict):
+        problems.append("no DTensor._op_dispatcher._custom_op_handlers dict")
+    if problems:
+        raise DTensorHookError(
+            f"torch {found}'s DTensor RNG hook differs from the one hwrng's adapter fits: "
+            + "; ".join(problems)
+        )
+    return _random
+
+
+def _cuda_rng_op() -> Any:
+    """Torch's ``run_dtensor_rng_op`` if this torch has it (2.10+), else ``None``."""
+    try:
+        from torch._prims import rng_prims
+    except ImportError:
+        return None
+    op = getattr(rng_prims, "run_dtensor_rng_op", None)
+    if op is None or not isinstance(getattr(op, "py_kernels", None), dict):
+        return None
+    return op
+
+
+def _random_inplace_handler(op_call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run an in-place random op on a DTensor's local shard inside the tracked region."""
+    from torch.distributed.tensor import DTensor, _random
+
+    target = args[0]
+    if any(p.is_partial() for p in target.placements):
+        raise MeshError(f"{op_call}: a random op on a Partial DTensor is not supported")
+    kwargs = dict(kwargs or {})
+    generator = kwargs.pop("generator", None)
+    local_args = tuple(a._local_tensor if isinstance(a, DTensor) else a for a in args)
+    tracker = _random._rng_tracker
+    if (
+        tracker is not None
+        and tracker.distribute_region_enabled
+        and not target._local_tensor.is_meta
+    ):
+        with tracker._distribute_region(target._spec, generator):
+            op_call(*local_args, **kwargs)
+    else:
+        op_call(*local_args, **kwargs)
+    return target
+
+
+@dataclass
+class Patches:
+    """What :func:`hwrng.dtensor.install` changed besides the tracker, so it can be undone."""
+
+    module: ModuleType
+    platform: Platform
+    supported_mesh: Any = None
+    handlers: dict[Any, Any] = field(default_factory=dict)
+    kernels: dict[Any, Any] = field(default_factory=dict)
+
+    def apply(self, tracker: Any) -> None:
+        """Patch the three hooks for ``tracker`` (see the module notes)."""
+        from torch.distributed.tensor import DTensor
+
+        original = getattr(self.module, "is_rng_supported_mesh")  # noqa: B009 - private to mypy
+        device_type = self.platform.device_type
+
+        def is_rng_supported_mesh(device_mesh: Any) -> bool:
+            return bool(device_mesh.device_type == device_type or original(device_mesh))
+
+        self.supported_mesh = original
+        setattr(self.module, "is_rng_supported_mesh", is_rng_supported_mesh)  # noqa: B010
+        table = DTensor._op_dispatcher._custom_op_handlers
+        for op in _extra_random_ops():
+            self.handlers[op] = table.get(op)
+            table[op] = _random_inplace_handler
+        cuda_op = _cuda_rng_op()
+        if cuda_op is not None:
+            from torch._C import DispatchKey
+
+            kernel = _cuda_kernel(tracker)
+            for key in (DispatchKey.CUDA, DispatchKey.BackendSelect):
+                self.kernels[key] = cuda_op.py_kernels.get(key)
+                cuda_op.py_kernels[key] = kernel
+            cuda_op._dispatch_cache.clear()
+
+    def undo(self) -> None:
+        """Put back what :meth:`apply` changed (handlers only where still ours)."""
+        from torch.distributed.tensor import DTensor
+
+        if self.supported_mesh is not None:
+            setattr(self.module, "is_rng_supported_mesh", self.supported_mesh)  # noqa: B010
+        table = DTensor._op_dispatcher._custom_op_handlers
+        for op, previous in self.handlers.items():
+            if table.get(op) is _random_inplace_handler:
+                if previous is None:
+                    table.pop(op, None)
+                else:
+                    table[op] = previous
+        cuda_op = _cuda_rng_op()
+        if cuda_op is not None and self.kernels:
+            for key, previous in self.kernels.items():
+                if previous is None:
+                    cuda_op.py_kernels.pop(key, None)
+                else:
+                    cuda_op.py_kernels[key] = previous
+            cuda_op._dispatch_cache.clear()
+
+
+def _cuda_kernel(tracker: Any) -> Any:
+    """A CUDA kernel for ``run_dtensor_rng_op`` that draws through hwrng's region.
+
+    torch calls the tracker's ``_compute_rng_offsets(spec)`` and then this
+    operator with the offsets; the tracker leaves the seed choice for the op in
+    between (``take_pending_chooser``). In compiled code the operator runs
+    without that call, and draws with the generator's own seed, as torch does.
+    """
+    platform = tracker.hwrng_platform
+
+    def kernel(start: int, end: int, op: Any, *args: Any, **kwargs: Any) -> Any:
+        first = args[0] if args else None
+        device = first.device if isinstance(first, torch.Tensor) else None
+        generator = platform.generator(device)
+        choose = tracker.take_pending_chooser()
+        with tracker.hwrng_tracker.positioned_by(start, end, generator, False, choose):
+            return op(*args, **kwargs)
+
+    return kernel

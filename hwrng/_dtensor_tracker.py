@@ -1,0 +1,223 @@
+"""The RNG tracker the DTensor adapter installs: hwrng's offsets and seeds for DTensor ops.
+
+Three paths through one region, by how the op runs:
+
+* eager: :class:`~hwrng.OffsetTracker` positions the device's default
+  generator, with the seed common to the op's mesh (:class:`_MeshSeeds`);
+* under torch's ``LocalTensorMode`` (simulated ranks in one process): each
+  simulated rank's saved RNG state is positioned in turn, at its own shard;
+* while ``torch.compile`` traces (fake tensors): two ordered custom ops,
+  ``hwrng::region_enter`` / ``hwrng::region_exit``, carry the offsets -- fixed
+  ints, known at trace time -- into the graph and position the generator when
+  it runs, so compiled and eager code draw the same numbers.
+
+On CUDA torch runs plain DTensor random ops through its ``run_dtensor_rng_op``
+operator, which asks this tracker only for ``_compute_rng_offsets``; the
+adapter gives that operator a CUDA kernel that draws through the same region
+(see ``_dtensor_hooks``), with the seed chosen here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from hwrng._exceptions import DTensorHookError
+from hwrng._plan import Seeding
+from hwrng._platform import Platform
+from hwrng._seeding import current_seeding
+from hwrng._sharding import ShardSpec, shard_offsets
+from hwrng._tracker import OffsetTracker
+
+__all__ = ["tracker_class"]
+
+_U64 = 2**64
+_I64 = 2**63
+
+
+class _MeshSeeds:
+    """The seed each DTensor op draws with, from the seed plan in force.
+
+    Cached per mesh object and plan, so an op costs a dict lookup and a compare.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[Any, Seeding, int]] = {}
+
+    def pair(self, mesh: Any) -> tuple[int, int] | None:
+        """``(the plan's rank seed, the mesh's common seed)``, or ``None`` without a plan."""
+        seeding = current_seeding()
+        if seeding is None:
+            return None  # seeded by other means: each rank draws with its own seed
+        entry = self._cache.get(id(mesh))
+        if entry is None or entry[0] is not mesh or entry[1] is not seeding:
+            entry = (mesh, seeding, seeding.dtensor_seed(mesh))
+            if len(self._cache) > 256:
+                self._cache.clear()
+            self._cache[id(mesh)] = entry
+        return seeding.rank_seed, entry[2]
+
+    def chooser(self, mesh: Any) -> Callable[[int], int] | None:
+        """Map the generator's own seed to the seed the op draws with."""
+        pair = self.pair(mesh)
+        return None if pair is None else _choose(*pair)
+
+
+def _choose(rank_seed: int, mesh_seed: int) -> Callable[[int], int]:
+    # On the plan's stream, draw with the mesh's common seed; a generator seeded
+    # otherwise since (torch.manual_seed, a named-state fork) draws with its own.
+    return lambda own: mesh_seed if own == rank_seed else own
+
+
+@functools.lru_cache(maxsize=4096)
+def _shard_spec(spec: Any) -> ShardSpec:
+    """The ShardSpec of a DTensorSpec on this rank (specs are hashable and immutable)."""
+    return ShardSpec.from_dtensor_spec(spec)
+
+
+def _tracing() -> bool:
+    return torch._guards.detect_fake_mode() is not None
+
+
+# -- compiled code: ordered custom ops position the generator at run time -------------------
+
+_open_regions = threading.local()
+
+
+def _stack() -> list[Any]:
+    stack: list[Any] | None = getattr(_open_regions, "stack", None)
+    if stack is None:
+        stack = _open_regions.stack = []
+    return stack
+
+
+def _installed() -> Any:
+    from torch.distributed.tensor import _random
+
+    tracker = getattr(_random, "_rng_tracker", None)
+    if not hasattr(tracker, "hwrng_tracker"):
+        raise DTensorHookError("a compiled DTensor op ran without hwrng's adapter installed")
+    return tracker
+
+
+def _as_i64(value: int) -> int:
+    return value - _U64 if value >= _I64 else value
+
+
+def _as_u64(value: int) -> int:
+    return value + _U64 if value < 0 else value
+
+
+@torch.library.custom_op("hwrng::region_enter", mutates_args=())
+def _region_enter(start: int, end: int, rank_seed: int, mesh_seed: int, has_plan: bool) -> None:
+    tracker = _installed()
+    choose = _choose(_as_u64(rank_seed), _as_u64(mesh_seed)) if has_plan else None
+    region = tracker.hwrng_tracker.positioned_by(start, end, None, False, choose)
+    region.__enter__()
+    _stack().append(region)
+
+
+@_region_enter.register_fake
+def _region_enter_fake(
+    start: int, end: int, rank_seed: int, mesh_seed: int, has_plan: bool
+) -> None:
+    return None
+
+
+@torch.library.custom_op("hwrng::region_exit", mutates_args=())
+def _region_exit() -> None:
+    _stack().pop().__exit__(None, None, None)
+
+
+@_region_exit.register_fake
+def _region_exit_fake() -> None:
+    return None
+
+
+def _ordered(name: str) -> None:
+    from torch._library.effects import EffectType
+
+    torch.library._register_effectful_op(name, EffectType.ORDERED)
+
+
+# Effectful: without it the two ops return nothing and are dropped as dead code.
+_ordered("hwrng::region_enter")
+_ordered("hwrng::region_exit")
+
+
+# -- the tracker ---------------------------------------------------------------------------
+
+
+@functools.cache
+def tracker_class(base: type[Any]) -> type[Any]:
+    """Hwrng's subclass of torch's ``OffsetBasedRNGTracker`` (a subclass: torch checks for one)."""
+
+    class HwrngDTensorTracker(base):  # type: ignore[misc]
+        """DTensor's RNG tracker, answered by hwrng's OffsetTracker."""
+
+        def __init__(self, platform: Platform) -> None:
+            # torch's __init__ refuses CPU meshes and broadcasts rank 0's state
+            # (a collective); neither is wanted, so it is not called.
+            self._device = platform.device()
+            self._device_handle = platform.device_handle
+            self._use_distribute_region = True
+            self.hwrng_platform = platform
+            self.hwrng_tracker = OffsetTracker(platform)
+            self.hwrng_seeds = _MeshSeeds()
+            self._pending = threading.local()
+
+        @contextlib.contextmanager
+        def _distribute_region(
+            self, spec: Any, generator: torch.Generator | None = None
+        ) -> Iterator[None]:
+            if not self.distribute_region_enabled:
+                yield
+                return
+            from hwrng._local_ranks import local_tensor_mode, simulated_region
+
+            mode = local_tensor_mode()
+            if mode is not None:
+                with simulated_region(mode, self.hwrng_platform, spec, generator):
+                    yield
+                return
+            if _tracing() and generator is None:
+                start, end = shard_offsets(_shard_spec(spec))
+                pair = self.hwrng_seeds.pair(spec.mesh)
+                rank_seed, mesh_seed = pair if pair is not None else (0, 0)
+                torch.ops.hwrng.region_enter(
+                    start, end, _as_i64(rank_seed), _as_i64(mesh_seed), pair is not None
+                )
+                try:
+                    yield
+                finally:
+                    torch.ops.hwrng.region_exit()
+                return
+            # A user's generator keeps its own seed: the user chose it for every rank.
+            choose = None if generator is not None else self.hwrng_seeds.chooser(spec.mesh)
+            with self.hwrng_tracker.positioned(
+                _shard_spec(spec), generator, generator is not None, choose
+            ):
+                yield
+
+        def _compute_rng_offsets(self, spec: Any) -> tuple[int, int]:
+            # torch's CUDA operator asks for these right before it draws: leave it the
+            # seed to draw with (see _dtensor_hooks.cuda_rng_kernel).
+            if not _tracing():
+                self._pending.choose = self.hwrng_seeds.chooser(spec.mesh)
+            return shard_offsets(_shard_spec(spec))
+
+        def take_pending_chooser(self) -> Callable[[int], int] | None:
+            """The seed choice ``_compute_rng_offsets`` left for the op now running (once)."""
+            choose: Callable[[int], int] | None = getattr(self._pending, "choose", None)
+            self._pending.choose = None
+            return choose
+
+        def _manual_seed(self, parallel_seed: int) -> None:
+            self.hwrng_platform.manual_seed(parallel_seed)
+
+    return HwrngDTensorTracker

@@ -7,8 +7,8 @@ a small :class:`Platform` interface whose backends are pluggy plugins.
 
 Everything public is importable from here; the modules behind it are private
 (``hwrng._seeding``, ...) except :mod:`hwrng.dtensor` (the DTensor adapter),
-:mod:`hwrng.presets` (trainers' seeding formulas) and :mod:`hwrng.hookspecs`
-(the plugin contract).
+:mod:`hwrng.invariant` (placement-invariant random ops), :mod:`hwrng.presets`
+(trainers' seeding formulas) and :mod:`hwrng.hookspecs` (the plugin contract).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from hwrng._workers import WorkerInitFn, WorkerSeeds, worker_init_fn, worker_see
 from hwrng.hookspecs import hookimpl
 
 # Submodules reached as attributes: dtensor imports torch.distributed.tensor only when used.
-_LAZY_SUBMODULES = ("dtensor", "presets")
+_LAZY_SUBMODULES = ("dtensor", "invariant", "presets")
 
 
 def __getattr__(name: str) -> object:
@@ -119,6 +119,7 @@ __all__ = [
     "fork_rng",
     "get_platform",
     "hookimpl",
+    "invariant",
     "isolate_rng",
     "list_platforms",
     "load",

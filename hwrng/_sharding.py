@@ -43,7 +43,7 @@ from hwrng._exceptions import InvalidArgumentError, MeshError
 from hwrng._mesh import linear_index
 from hwrng._validation import check_index, int_tuple
 
-__all__ = ["ShardSpec", "shard_offsets"]
+__all__ = ["ShardSpec", "chunk_size", "shard_offsets"]
 
 
 def _align4(value: int) -> int:
@@ -183,7 +183,7 @@ class ShardSpec:
             if split_factor > 1:
                 sizes[dim] = placement.local_shard_size_and_offset(sizes[dim], m, c)[0]
             else:
-                sizes[dim] = _chunk(sizes[dim], m, c)
+                sizes[dim] = chunk_size(sizes[dim], m, c)
         return tuple(sizes)
 
     def _mesh_dims_of(self, tensor_dim: int) -> list[int]:
@@ -222,7 +222,7 @@ class ShardSpec:
         return math.prod(sizes)
 
 
-def _chunk(size: int, chunks: int, index: int) -> int:
+def chunk_size(size: int, chunks: int, index: int) -> int:
     """The size of piece ``index`` when ``torch.chunk`` splits ``size`` into ``chunks``."""
     full = _ceil_div(size, chunks)
     return max(0, min(size, full * (index + 1)) - full * index)

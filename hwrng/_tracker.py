@@ -163,6 +163,7 @@ class _Region:
         "_tracked",
         "_tracker",
         "_via_default",
+        "position",
     )
 
     def __init__(
@@ -213,6 +214,7 @@ class _Region:
         self._claims = claims
         self._drawn, self._tracked = drawn, tracked
         self._seed, self._end = seed, offset + end
+        self.position = (draw_seed, offset + start)  # where the body draws from
         return drawn
 
     def __exit__(self, *exc_info: object) -> None:

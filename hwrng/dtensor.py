@@ -38,17 +38,20 @@ from typing import Any
 from hwrng._dtensor_hooks import EXTRA_RANDOM_OPS, MIN_TORCH, Patches, check
 from hwrng._dtensor_tracker import tracker_class
 from hwrng._exceptions import DTensorHookError
+from hwrng._invariant_dtensor import InvariantPatches
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
+from hwrng._validation import check_flag
 
 __all__ = ["EXTRA_RANDOM_OPS", "MIN_TORCH", "install", "installed_platform", "uninstall"]
 
 _NOT_INSTALLED = object()
 _previous: Any = _NOT_INSTALLED
 _patches: Patches | None = None
+_invariant: InvariantPatches | None = None
 
 
-def install(platform: Platform | str | None = None) -> None:
+def install(platform: Platform | str | None = None, *, invariant: bool = False) -> None:
     """Make DTensor random ops use hwrng's seeds and offsets on ``platform``'s generators.
 
     Installing again replaces hwrng's tracker (e.g. for another platform);
@@ -60,6 +63,13 @@ def install(platform: Platform | str | None = None) -> None:
     platform
         A :class:`~hwrng.Platform`, a name, or ``None`` for
         :func:`hwrng.get_platform`'s choice.
+    invariant
+        Also make ``uniform_``, ``normal_``, ``bernoulli_``, dropout,
+        ``torch.distributed.tensor.rand``/``randn``, ``nn.init.trunc_normal_``
+        and the ``nn.init`` functions built on them placement-invariant
+        (:mod:`hwrng.invariant`): ``full_tensor()`` equals, bit for bit, what
+        the same call gives on one device, at any mesh and placement. Their
+        numbers are not torch's; other ops keep the ordinary behaviour.
 
     Raises
     ------
@@ -68,7 +78,8 @@ def install(platform: Platform | str | None = None) -> None:
         every private attribute that differs), or the platform lacks the
         ``"dtensor"`` capability. Nothing is changed then.
     """
-    global _previous, _patches
+    global _previous, _patches, _invariant
+    check_flag(invariant, "invariant")
     resolved = resolve_platform(platform)
     resolved.require_available()
     if "dtensor" not in resolved.capabilities:
@@ -80,11 +91,17 @@ def install(platform: Platform | str | None = None) -> None:
     tracker = tracker_class(module.OffsetBasedRNGTracker)(resolved)
     if _patches is not None:
         _patches.undo()
+    if _invariant is not None:
+        _invariant.undo()
+        _invariant = None
     if _previous is _NOT_INSTALLED:
         _previous = getattr(module, "_rng_tracker")  # noqa: B009 - private, invisible to mypy
     setattr(module, "_rng_tracker", tracker)  # noqa: B010 - private, invisible to mypy
     _patches = Patches(module, resolved)
     _patches.apply(tracker)
+    if invariant:
+        _invariant = InvariantPatches()
+        _invariant.apply()
 
 
 def uninstall() -> bool:
@@ -96,11 +113,14 @@ def uninstall() -> bool:
         ``True`` if hwrng's tracker was installed and is now removed, ``False``
         if it was not installed.
     """
-    global _previous, _patches
+    global _previous, _patches, _invariant
     if _previous is _NOT_INSTALLED:
         return False
     from torch.distributed.tensor import _random
 
+    if _invariant is not None:
+        _invariant.undo()
+        _invariant = None
     if _patches is not None:
         _patches.undo()
         _patches = None

@@ -23,6 +23,7 @@ PUBLIC_MODULES = [
     "hwrng.hookspecs",
     "hwrng.presets",
     "hwrng.dtensor",
+    "hwrng.invariant",
     "hwrng_cpu",
     "hwrng_cuda",
     "hwrng_npu",
@@ -41,7 +42,13 @@ def _hwrng_modules() -> list[str]:
 
 def test_implementation_modules_are_private() -> None:
     public = {name for name in _hwrng_modules() if not name.split(".")[-1].startswith("_")}
-    assert public == {"hwrng", "hwrng.hookspecs", "hwrng.presets", "hwrng.dtensor"}
+    assert public == {
+        "hwrng",
+        "hwrng.hookspecs",
+        "hwrng.presets",
+        "hwrng.dtensor",
+        "hwrng.invariant",
+    }
 
 
 @pytest.mark.parametrize("module_name", _hwrng_modules())
@@ -71,7 +78,7 @@ def test_every_public_name_has_a_docstring(module_name: str) -> None:
 
 
 def test_submodules_are_visible_from_the_package() -> None:
-    for name in ("dtensor", "presets"):
+    for name in ("dtensor", "invariant", "presets"):
         assert name in hwrng.__all__ and name in dir(hwrng)
         assert getattr(hwrng, name) is importlib.import_module(f"hwrng.{name}")
 

@@ -16,6 +16,7 @@ MODULES = [
     "hwrng._states",
     "hwrng._tracker",
     "hwrng._workers",
+    "hwrng.invariant",
 ]
 
 

@@ -1,0 +1,271 @@
+"""``hwrng.dtensor.install(invariant=True)``: DTensor random ops with placement-invariant values.
+
+DTensor op handlers fill each rank's local shard with :mod:`hwrng.invariant`'s
+values -- a pure function of (seed, op position, global index) -- so
+``full_tensor()`` equals what the same call gives on one device, at any mesh
+and placement (``Shard`` on any dim, several mesh dims, uneven splits,
+``_StridedShard``; ``Partial`` counts as replicated). The op's seed is the
+mesh's common seed, its position the default generator's offset, which then
+advances as for any tracked op.
+
+Made invariant: ``uniform_``, ``normal_``, ``bernoulli_``/``bernoulli``,
+``native_dropout`` (CUDA's dropout; on the CPU dropout is ``bernoulli_`` and a
+multiplication), ``rand_like``/``randn_like``, ``torch.distributed.tensor.rand``
+/ ``randn``, and ``nn.init.trunc_normal_`` (by inverse CDF); ``nn.init``'s
+uniform, normal, kaiming and xavier functions are built on the first two.
+Everything else keeps the ordinary tracked behaviour. Compiled code and
+LocalTensorMode are refused in this mode (with an error), not served other
+numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hwrng import _philox, invariant
+from hwrng._exceptions import DTensorHookError
+from hwrng._local_ranks import local_tensor_mode
+
+__all__ = ["InvariantPatches"]
+
+
+def _tracker() -> Any:
+    from torch.distributed.tensor import _random
+
+    return _random._rng_tracker
+
+
+def _refuse_unsupported(op: object) -> None:
+    if torch._guards.detect_fake_mode() is not None:
+        raise DTensorHookError(
+            f"{op}: hwrng's invariant mode does not run under torch.compile; install the "
+            "adapter without invariant=True for compiled code"
+        )
+    if local_tensor_mode() is not None:
+        raise DTensorHookError(f"{op}: hwrng's invariant mode does not run under LocalTensorMode")
+
+
+def _fill_local(
+    target: Any,
+    local: torch.Tensor,
+    generator: torch.Generator | None,
+    draw: Callable[[int, int, torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    from hwrng._dtensor_tracker import _shard_spec
+
+    tracker = _tracker()
+    spec = _shard_spec(target._spec)
+    choose = None if generator is not None else tracker.hwrng_seeds.chooser(target._spec.mesh)
+    return invariant._fill(local, spec, generator, tracker.hwrng_platform, draw, choose_seed=choose)
+
+
+def _like(target: Any, local: torch.Tensor) -> Any:
+    """A DTensor laid out as ``target``, holding ``local`` (of its own dtype)."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    spec = target._spec
+    meta = TensorMeta(spec.shape, spec.stride, local.dtype)
+    new_spec = DTensorSpec(spec.mesh, spec.placements, tensor_meta=meta)
+    return DTensor(local, new_spec, requires_grad=False)  # type: ignore[no-untyped-call]
+
+
+def _args(
+    args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str], defaults: list[Any]
+) -> list[Any]:
+    values = list(args[1:]) + [None] * len(names)
+    return [
+        kwargs.get(name, values[i] if values[i] is not None else default)
+        for i, (name, default) in enumerate(zip(names, defaults, strict=True))
+    ]
+
+
+Fill = Callable[[Any, torch.Tensor, tuple[Any, ...], dict[str, Any], Any], Any]
+
+
+def _uniform(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
+    low, high = _args(args, kwargs, ["from", "to"], [0.0, 1.0])
+    dtype = local.dtype
+    _fill_local(
+        target,
+        local,
+        generator,
+        lambda s, p, i: _philox.uniform(s, p, i, dtype, low=low, high=high),
+    )
+    return target
+
+
+def _normal(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
+    mean, std = _args(args, kwargs, ["mean", "std"], [0.0, 1.0])
+    dtype = local.dtype
+    _fill_local(
+        target, local, generator, lambda s, p, i: _philox.normal(s, p, i, dtype, mean=mean, std=std)
+    )
+    return target
+
+
+def _bernoulli_(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
+    (prob,) = _args(args, kwargs, ["p"], [0.5])
+    dtype = local.dtype
+    _fill_local(
+        target, local, generator, lambda s, p, i: _philox.bernoulli_mask(s, p, i, prob).to(dtype)
+    )
+    return target
+
+
+def _bernoulli(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
+    out = torch.empty_like(local)
+    _fill_local(
+        target, out, generator, lambda s, p, i: _philox.bernoulli_mask(s, p, i, local).to(out.dtype)
+    )
+    return _like(target, out)
+
+
+def _random_like(normal: bool) -> Fill:
+    fill = _philox.normal if normal else _philox.uniform
+
+    def like(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
+        out = torch.empty_like(local)
+        _fill_local(target, out, generator, lambda s, p, i: fill(s, p, i, out.dtype))
+        return _like(target, out)
+
+    return like
+
+
+def _native_dropout(
+    target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any
+) -> Any:
+    probability, train = _args(args, kwargs, ["p", "train"], [0.5, True])
+    if not train:
+        return target, _like(target, torch.ones_like(local, dtype=torch.bool))
+    keep = torch.empty_like(local, dtype=torch.bool)
+    _fill_local(
+        target,
+        keep,
+        generator,
+        lambda s, p, i: _philox.bernoulli_mask(s, p, i, 1.0 - probability),
+    )
+    scale = 0.0 if probability == 1.0 else 1.0 / (1.0 - probability)
+    return _like(target, local * keep * scale), _like(target, keep)
+
+
+def _kinds() -> dict[Any, Fill]:
+    aten = torch.ops.aten
+    return {
+        aten.uniform_.default: _uniform,
+        aten.normal_.default: _normal,
+        aten.bernoulli_.float: _bernoulli_,
+        aten.bernoulli.default: _bernoulli,
+        aten.rand_like.default: _random_like(normal=False),
+        aten.randn_like.default: _random_like(normal=True),
+        aten.native_dropout.default: _native_dropout,
+    }
+
+
+def _handler(op_call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Every invariant op: refuse what cannot be served, then fill the local shard."""
+    _refuse_unsupported(op_call)
+    kwargs = dict(kwargs or {})
+    generator = kwargs.pop("generator", None)
+    target = args[0]
+    local = target._local_tensor
+    tracker = _tracker()
+    if local.is_meta or tracker is None or not tracker.distribute_region_enabled:
+        raise DTensorHookError(f"{op_call}: invariant ops need a materialised tensor")
+    return _kinds()[op_call](target, local, args, kwargs, generator)
+
+
+def _dtensor_random(kind: str) -> Callable[..., Any]:
+    """Invariant ``torch.distributed.tensor.rand``/``randn``: an empty DTensor, then filled."""
+    from torch.distributed.tensor import empty
+
+    def create(*size: Any, requires_grad: bool = False, **kwargs: Any) -> Any:
+        tensor = empty(*size, **kwargs)
+        with torch.no_grad():
+            tensor.uniform_() if kind == "rand" else tensor.normal_()
+        return tensor.requires_grad_(requires_grad)
+
+    create.__name__ = kind
+    create.__doc__ = f"torch.distributed.tensor.{kind} with hwrng's placement-invariant values."
+    return create
+
+
+def _trunc_normal(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``nn.init.trunc_normal_`` by inverse CDF for DTensors; the original for the rest."""
+
+    def trunc_normal_(  # noqa: PLR0917 - torch.nn.init.trunc_normal_'s own signature
+        tensor: Any,
+        mean: float = 0.0,
+        std: float = 1.0,
+        a: float = -2.0,
+        b: float = 2.0,
+        generator: torch.Generator | None = None,
+    ) -> Any:
+        from torch.distributed.tensor import DTensor
+
+        if not isinstance(tensor, DTensor) or tensor._local_tensor.is_meta:
+            return original(tensor, mean, std, a, b, generator=generator)
+        _refuse_unsupported("nn.init.trunc_normal_")
+        dtype = tensor._local_tensor.dtype
+        if not (math.isfinite(mean) and std > 0 and a < b):
+            raise ValueError(f"trunc_normal_ needs std > 0 and a < b, got std={std}, [{a}, {b}]")
+        with torch.no_grad():
+            _fill_local(
+                tensor,
+                tensor._local_tensor,
+                generator,
+                lambda s, p, i: _philox.trunc_normal(s, p, i, dtype, mean=mean, std=std, a=a, b=b),
+            )
+        return tensor
+
+    trunc_normal_.__doc__ = original.__doc__
+    return trunc_normal_
+
+
+class InvariantPatches:
+    """The handlers and function swaps of invariant mode, undone by :meth:`undo`."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[Any, Any] = {}
+        self._functions: list[tuple[Any, str, Any]] = []
+
+    def apply(self) -> None:
+        """Install the invariant handlers and functions."""
+        import torch.distributed.tensor as dtensor_module
+        from torch.distributed.tensor import DTensor, _api
+
+        table = DTensor._op_dispatcher._custom_op_handlers
+        for op in _kinds():
+            self._handlers[op] = table.get(op)
+            table[op] = _handler
+        rand, randn = _dtensor_random("rand"), _dtensor_random("randn")
+        swaps = [
+            (dtensor_module, "rand", rand),
+            (_api, "rand", rand),
+            (dtensor_module, "randn", randn),
+            (_api, "randn", randn),
+            (torch.nn.init, "trunc_normal_", _trunc_normal(torch.nn.init.trunc_normal_)),
+        ]
+        for module, name, new in swaps:
+            self._functions.append((module, name, getattr(module, name)))
+            setattr(module, name, new)
+
+    def undo(self) -> None:
+        """Put back what :meth:`apply` changed (handlers only where still ours)."""
+        from torch.distributed.tensor import DTensor
+
+        table = DTensor._op_dispatcher._custom_op_handlers
+        for op, previous in self._handlers.items():
+            if table.get(op) is _handler:
+                if previous is None:
+                    table.pop(op, None)
+                else:
+                    table[op] = previous
+        for module, name, original in reversed(self._functions):
+            setattr(module, name, original)
+        self._handlers.clear()
+        self._functions.clear()

@@ -1,0 +1,271 @@
+"""Placement-invariant random ops: the same numbers at any sharding, device count and backend.
+
+Each value is a pure function of ``(seed, op position, global element index)``
+through Philox4x32-10 (see ``hwrng._philox`` for the counter layout and the
+bit-to-float mapping, both contracts), so a sharded op's shards put together
+equal what one device draws for the whole tensor -- at any mesh, placement,
+number of ranks, and on CPU, CUDA or NPU alike. A rank computes only its own
+shard's values.
+
+These functions fill a local shard described by a :class:`~hwrng.ShardSpec`
+(Megatron-style tensor parallelism without DTensor); with
+``hwrng.dtensor.install(invariant=True)`` DTensor's random ops do the same.
+Each op reads the generator's ``(seed, offset)`` as :class:`~hwrng.OffsetTracker`
+does, draws at that position, and moves every rank's generator to ``offset +
+advance(spec)``: the tensor's size rounded up to 4, the same on every layout,
+so the next op's position -- and numbers -- do not depend on the sharding.
+Invariant ops and ordinary tracked ops interleave safely: positions only grow,
+and invariant blocks live in a counter domain of their own. (An ordinary
+tracked op's advance depends on the layout, so invariance holds across layouts
+for the invariant ops of a program and the local draws between them.)
+
+The numbers are not ``torch.rand``'s: the ordinary (default) mode keeps
+torch's numbers where shards are even; invariant mode gives up that
+compatibility for invariance. Cost: on the CPU the Philox rounds run as
+int64 tensor ops, tens of times slower than torch's own kernels (see the
+benchmarks); the elementary functions are hwrng's own, built from
+correctly-rounded operations, so values are bit-identical across devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hwrng import _philox
+from hwrng._exceptions import InvalidArgumentError, MeshError
+from hwrng._platform import Platform
+from hwrng._registry import resolve_platform
+from hwrng._sharding import ShardSpec, chunk_size
+from hwrng._tracker import OffsetTracker
+
+__all__ = [
+    "advance",
+    "bernoulli_",
+    "dropout",
+    "global_index",
+    "normal_",
+    "trunc_normal_",
+    "uniform_",
+]
+
+
+def _chunks(vector: torch.Tensor, count: int) -> list[torch.Tensor]:
+    """``vector`` split as DTensor's Shard splits a dim (``torch.chunk``, empty pieces kept)."""
+    size = vector.numel()
+    full = -(-size // count) if count else 0
+    return [vector[full * i : full * i + chunk_size(size, count, i)] for i in range(count)]
+
+
+def _dim_indices(spec: ShardSpec, device: torch.device | None) -> list[torch.Tensor]:
+    """The global positions along each tensor dim that this coordinate's shard holds."""
+    vectors = [torch.arange(n, device=device) for n in spec.shape]
+    for layout, size, coordinate in zip(
+        spec._layout, spec.mesh_shape, spec.coordinate, strict=True
+    ):
+        if layout is None:
+            continue
+        dim, split_factor = layout
+        if split_factor == 1:
+            vectors[dim] = _chunks(vectors[dim], size)[coordinate]
+        else:  # _StridedShard: every one of split_factor pieces contributes its chunk
+            pieces = _chunks(vectors[dim], split_factor)
+            vectors[dim] = torch.cat([_chunks(piece, size)[coordinate] for piece in pieces])
+    return vectors
+
+
+def global_index(spec: ShardSpec, device: torch.device | str | None = None) -> torch.Tensor:
+    """The global flat index of every element of this coordinate's shard, in the shard's shape.
+
+    Examples
+    --------
+    >>> import hwrng
+    >>> from torch.distributed.tensor import Shard
+    >>> spec = hwrng.ShardSpec((4, 3), (2,), (Shard(1),), (1,))
+    >>> global_index(spec).tolist()
+    [[2], [5], [8], [11]]
+    """
+    if not isinstance(spec, ShardSpec):
+        raise InvalidArgumentError(f"global_index needs a ShardSpec, got {type(spec).__name__}")
+    where = None if device is None else torch.device(device)
+    return _philox.flat_index(_dim_indices(spec, where), spec.shape)
+
+
+def _position(
+    spec: ShardSpec,
+    generator: torch.Generator | None,
+    platform: Platform | str | None,
+    choose_seed: Callable[[int], int] | None,
+) -> Any:
+    """A region of ``end_increment`` from the generator's position; it yields the draw position."""
+    tracker = OffsetTracker(resolve_platform(platform))
+    if generator is not None:
+        tracker.platform.check_generator(generator)
+    return tracker.positioned_by(0, advance(spec), generator, False, choose_seed)
+
+
+def advance(spec: ShardSpec) -> int:
+    """How far an invariant op moves the generator: the tensor's size, rounded up to 4.
+
+    The same on every layout (unlike a tracked op's end increment, which pads
+    every shard), so the position of the next op -- and its numbers -- do not
+    depend on the sharding either.
+    """
+    return (spec.numel + 3) // 4 * 4
+
+
+def _fill(
+    tensor: torch.Tensor,
+    spec: ShardSpec,
+    generator: torch.Generator | None,
+    platform: Platform | str | None,
+    draw: Callable[[int, int, torch.Tensor], torch.Tensor],
+    *,
+    choose_seed: Callable[[int], int] | None = None,
+) -> torch.Tensor:
+    if not isinstance(spec, ShardSpec):
+        raise InvalidArgumentError(f"needs a ShardSpec, got {type(spec).__name__}")
+    if tuple(tensor.shape) != spec.local_shape:
+        raise MeshError(
+            f"the tensor has shape {tuple(tensor.shape)}, but the spec's shard is "
+            f"{spec.local_shape}"
+        )
+    index = global_index(spec, tensor.device)
+    region = _position(spec, generator, platform, choose_seed)
+    with region:
+        seed, position = region.position
+        values = draw(seed, position, index)
+    with torch.no_grad():
+        tensor.copy_(values)
+    return tensor
+
+
+def uniform_(
+    tensor: torch.Tensor,
+    spec: ShardSpec,
+    low: float = 0.0,
+    high: float = 1.0,
+    *,
+    generator: torch.Generator | None = None,
+    platform: Platform | str | None = None,
+) -> torch.Tensor:
+    """Fill the local shard ``tensor`` of ``spec`` with invariant uniform values in ``[low, high)``.
+
+    Parameters
+    ----------
+    tensor
+        This rank's shard, of shape ``spec.local_shape``; filled in place.
+    spec
+        The sharded tensor, as this rank sees it.
+    low, high
+        The interval.
+    generator
+        The generator whose position the op takes and advances (by default the
+        platform's current device's default generator).
+    platform
+        A :class:`~hwrng.Platform`, a name, or ``None`` for the selected one.
+
+    Returns
+    -------
+    torch.Tensor
+        ``tensor``.
+    """
+    dtype = tensor.dtype
+    return _fill(
+        tensor,
+        spec,
+        generator,
+        platform,
+        lambda s, p, i: _philox.uniform(s, p, i, dtype, low=low, high=high),
+    )
+
+
+def normal_(
+    tensor: torch.Tensor,
+    spec: ShardSpec,
+    mean: float = 0.0,
+    std: float = 1.0,
+    *,
+    generator: torch.Generator | None = None,
+    platform: Platform | str | None = None,
+) -> torch.Tensor:
+    """Fill the local shard with invariant normal values (Box-Muller within a Philox block)."""
+    dtype = tensor.dtype
+    return _fill(
+        tensor,
+        spec,
+        generator,
+        platform,
+        lambda s, p, i: _philox.normal(s, p, i, dtype, mean=mean, std=std),
+    )
+
+
+def bernoulli_(
+    tensor: torch.Tensor,
+    spec: ShardSpec,
+    p: float = 0.5,
+    *,
+    generator: torch.Generator | None = None,
+    platform: Platform | str | None = None,
+) -> torch.Tensor:
+    """Fill the local shard with invariant 0/1 values, 1 with probability ``p``."""
+    return _fill(
+        tensor,
+        spec,
+        generator,
+        platform,
+        lambda s, q, i: _philox.bernoulli_mask(s, q, i, p).to(tensor.dtype),
+    )
+
+
+def trunc_normal_(  # noqa: PLR0917 - positional as in torch.nn.init.trunc_normal_
+    tensor: torch.Tensor,
+    spec: ShardSpec,
+    mean: float = 0.0,
+    std: float = 1.0,
+    a: float = -2.0,
+    b: float = 2.0,
+    *,
+    generator: torch.Generator | None = None,
+    platform: Platform | str | None = None,
+) -> torch.Tensor:
+    """Fill the local shard with invariant normal values truncated to ``[a, b]``.
+
+    By inverse CDF, one draw per value: unlike ``torch.nn.init.trunc_normal_``,
+    which samples by rejection and may loop a different number of times on
+    each rank, it always ends every rank at one position.
+    """
+    dtype = tensor.dtype
+    return _fill(
+        tensor,
+        spec,
+        generator,
+        platform,
+        lambda s, p, i: _philox.trunc_normal(s, p, i, dtype, mean=mean, std=std, a=a, b=b),
+    )
+
+
+def dropout(
+    input: torch.Tensor,
+    spec: ShardSpec,
+    p: float = 0.5,
+    training: bool = True,
+    *,
+    generator: torch.Generator | None = None,
+    platform: Platform | str | None = None,
+) -> torch.Tensor:
+    """Invariant dropout of the local shard ``input``: keep with probability ``1 - p``, scale.
+
+    Returns ``input * mask / (1 - p)``; gradients flow through the same mask.
+    """
+    if not 0.0 <= p <= 1.0:
+        raise InvalidArgumentError(f"dropout probability must lie in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return input
+    keep = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    bernoulli_(keep, spec, 1.0 - p, generator=generator, platform=platform)
+    if p == 1.0:
+        return input * keep
+    return input * (keep / (1.0 - p))

@@ -1,0 +1,154 @@
+"""What each rank runs in test_invariant_dist.py: invariant DTensor ops on meshes of 1, 2, 4
+and 8 ranks out of an 8-rank pool (importable by the spawned ranks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.placement_types import _StridedShard
+
+import hwrng
+
+SEED = 20261122
+
+
+def _placements(codes: list[str]) -> list[Any]:
+    known = {"R": Replicate(), "P": Partial()}
+    out = []
+    for code in codes:
+        if code in known:
+            out.append(known[code])
+        elif code.startswith("SS"):  # SS<dim>/<split factor>
+            dim, split = code[2:].split("/")
+            out.append(_StridedShard(int(dim), split_factor=int(split)))
+        else:
+            out.append(Shard(int(code[1:])))
+    return out
+
+
+def _mesh(shape: list[int]) -> DeviceMesh:
+    size = 1
+    for s in shape:
+        size *= s
+    return DeviceMesh("cpu", torch.arange(size).reshape(shape))
+
+
+OPS = {
+    "uniform": lambda t: t.uniform_(-2.0, 3.0),
+    "normal": lambda t: t.normal_(1.0, 2.0),
+    "bernoulli": lambda t: t.bernoulli_(0.3),
+    "kaiming": torch.nn.init.kaiming_uniform_,
+    "xavier_normal": torch.nn.init.xavier_normal_,
+    # looked up when called: invariant mode replaces trunc_normal_ at install
+    "trunc_normal": lambda t: torch.nn.init.trunc_normal_(t, std=0.5, a=-0.6, b=0.4),
+    "dropout": lambda t: torch.nn.functional.dropout(t + 1, p=0.4),
+}
+
+
+def _as_replicated(tensor: Any) -> Any:
+    """Read a Partial dim's values as replicated, as random ops treat it (full_tensor of a
+    Partial(sum) tensor would add them up)."""
+    from torch.distributed.tensor import DTensor
+
+    placements = [Replicate() if p.is_partial() else p for p in tensor.placements]
+    return DTensor.from_local(
+        tensor.to_local(),
+        tensor.device_mesh,
+        placements,
+        run_check=False,
+        shape=tensor.shape,
+        stride=tensor.stride(),
+    )
+
+
+def full_after(mesh_shape: list[int], codes: list[str], shape: list[int], op: str) -> Any:
+    """Run ``op`` on a DTensor of the given layout; every rank of the mesh returns full_tensor()."""
+    mesh = _mesh(mesh_shape)
+    if mesh.get_coordinate() is None:
+        return None
+    hwrng.dtensor.install("cpu", invariant=True)
+    try:
+        hwrng.manual_seed(SEED, mesh, platform="cpu")
+        torch.rand(3)  # local draws first: positions must still agree
+        if op == "rand":
+            tensor = torch.distributed.tensor.rand(
+                shape, device_mesh=mesh, placements=_placements(codes)
+            )
+        else:
+            tensor = OPS[op](distribute_tensor(torch.zeros(shape), mesh, _placements(codes)))
+        offset = hwrng.get_platform("cpu").counter.peek(torch.default_generator)[1]
+        full = _as_replicated(tensor).full_tensor()
+    finally:
+        hwrng.dtensor.uninstall()
+    return {"full": full.flatten().tolist(), "offset": offset}
+
+
+def dropout_backward(mesh_shape: list[int], codes: list[str]) -> Any:
+    """The gradient of an invariant dropout is its own mask, scaled."""
+    mesh = _mesh(mesh_shape)
+    if mesh.get_coordinate() is None:
+        return None
+    hwrng.dtensor.install("cpu", invariant=True)
+    try:
+        hwrng.manual_seed(SEED, mesh, platform="cpu")
+        x = distribute_tensor(torch.ones(8, 6), mesh, _placements(codes)).requires_grad_()
+        y = torch.nn.functional.dropout(x, p=0.5)
+        y.sum().backward()
+        return {
+            "mask_is_grad": torch.equal(x.grad.full_tensor(), y.full_tensor()),  # type: ignore[union-attr]
+            "full": y.full_tensor().flatten().tolist(),
+        }
+    finally:
+        hwrng.dtensor.uninstall()
+
+
+def train(mesh_shape: list[int], steps: int = 3) -> Any:
+    """A (dp, tp) model -- parameters sharded along tp, replicated along dp -- initialised
+    and trained with dropout: parameters and losses on any number of ranks."""
+    names = ("dp", "tp")[: len(mesh_shape)] if len(mesh_shape) > 1 else ("tp",)
+    mesh = DeviceMesh(
+        "cpu", torch.arange(_size(mesh_shape)).reshape(mesh_shape), mesh_dim_names=names
+    )
+    if mesh.get_coordinate() is None:
+        return None
+    placements = [Replicate()] * (mesh.ndim - 1) + [Shard(0)]
+    hwrng.dtensor.install("cpu", invariant=True)
+    try:
+        hwrng.manual_seed(SEED, mesh, platform="cpu")
+        weight = torch.nn.Parameter(distribute_tensor(torch.empty(16, 8), mesh, placements))
+        bias = torch.nn.Parameter(distribute_tensor(torch.empty(16, 8), mesh, placements))
+        torch.nn.init.kaiming_normal_(weight)
+        torch.nn.init.trunc_normal_(bias, std=0.1)
+        start = [weight.full_tensor().flatten().tolist(), bias.full_tensor().flatten().tolist()]
+        optimizer = torch.optim.SGD([weight, bias], lr=0.1)
+        x = distribute_tensor(torch.linspace(-1, 1, 128).reshape(16, 8), mesh, placements)
+        losses = []
+        for _ in range(steps):
+            hidden = torch.nn.functional.dropout(torch.tanh(x * weight + bias), p=0.25)
+            loss = (hidden.full_tensor() ** 2).mean()  # one reduction order on every layout
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return {
+            "start": start,
+            "losses": losses,
+            "end": [weight.full_tensor().flatten().tolist(), bias.full_tensor().flatten().tolist()],
+        }
+    finally:
+        hwrng.dtensor.uninstall()
+
+
+def _size(shape: list[int]) -> int:
+    size = 1
+    for s in shape:
+        size *= s
+    return size
+
+
+def rank_count() -> int:
+    return dist.get_world_size()

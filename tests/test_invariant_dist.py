@@ -1,0 +1,98 @@
+"""Placement invariance over real gloo processes: DTensor random ops in invariant mode give the
+same full tensor on 1, 2, 4 and 8 ranks and under every placement; a (dp, tp) model trains to
+bit-identical parameters and losses at every world size."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import dist_invariant_checks as checks
+import pytest
+import torch
+
+import hwrng
+from hwrng import invariant
+from hwrng._launch import DistributedPool
+
+LAYOUTS = {
+    "1 rank": ([1], ["S0"]),
+    "2 ranks, Shard(0)": ([2], ["S0"]),
+    "2 ranks, Shard(1)": ([2], ["S1"]),
+    "4 ranks, 2-D": ([2, 2], ["S1", "S0"]),
+    "4 ranks, Shard(0) twice": ([2, 2], ["S0", "S0"]),
+    "8 ranks, uneven": ([8], ["S1"]),
+    "8 ranks, 2-D with Partial": ([2, 4], ["P", "S0"]),
+    "8 ranks, strided (FSDP2 + TP)": ([2, 4], ["SS0/4", "S0"]),
+}
+SHAPE = [16, 10]
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[DistributedPool]:
+    with DistributedPool(8, timeout=180) as started:
+        yield started
+
+
+def _one_device(op: str) -> list[float]:
+    """The single-device answer, with no DTensor at all: hwrng.invariant on a whole tensor."""
+    spec = hwrng.ShardSpec(tuple(SHAPE), (1,), (torch.distributed.tensor.Replicate(),), (0,))
+    hwrng.manual_seed(checks.SEED, platform="cpu")
+    torch.rand(3)
+    tensor = torch.zeros(SHAPE)
+    fills = {
+        "uniform": lambda: invariant.uniform_(tensor, spec, -2.0, 3.0),
+        "normal": lambda: invariant.normal_(tensor, spec, 1.0, 2.0),
+        "bernoulli": lambda: invariant.bernoulli_(tensor, spec, 0.3),
+        "rand": lambda: invariant.uniform_(tensor, spec),
+    }
+    return fills[op]().flatten().tolist()
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        "uniform",
+        "normal",
+        "bernoulli",
+        "kaiming",
+        "xavier_normal",
+        "trunc_normal",
+        "dropout",
+        "rand",
+    ],
+)
+def test_full_tensor_is_the_same_at_every_layout(pool: DistributedPool, op: str) -> None:
+    results: dict[str, Any] = {}
+    for name, (mesh_shape, codes) in LAYOUTS.items():
+        reports = [r for r in pool.run(checks.full_after, mesh_shape, codes, SHAPE, op) if r]
+        assert all(r == reports[0] for r in reports), f"{name}: ranks disagree"
+        results[name] = reports[0]
+    reference = results["1 rank"]["full"]
+    for name, result in results.items():
+        assert result["full"] == reference, f"{op}: {name} differs from one device"
+        assert result["offset"] == results["1 rank"]["offset"], f"{name}: another position"
+    if op in ("uniform", "normal", "bernoulli", "rand"):
+        assert reference == _one_device(op), "the DTensor ops equal hwrng.invariant's"
+    assert len(set(reference)) > 2 or op in ("bernoulli", "dropout")
+
+
+def test_dropout_backward_uses_the_same_mask(pool: DistributedPool) -> None:
+    answers = []
+    for mesh_shape, codes in ([1], ["S0"]), ([2, 4], ["S1", "S0"]):
+        reports = [r for r in pool.run(checks.dropout_backward, mesh_shape, codes) if r]
+        assert all(r["mask_is_grad"] for r in reports)
+        answers.append(reports[0]["full"])
+    assert answers[0] == answers[1]
+
+
+def test_a_model_trains_bit_identically_on_1_2_4_and_8_ranks(pool: DistributedPool) -> None:
+    runs = {}
+    for mesh_shape in ([1], [2], [1, 4], [2, 4]):
+        reports = [r for r in pool.run(checks.train, mesh_shape) if r]
+        assert all(r == reports[0] for r in reports)
+        runs[str(mesh_shape)] = reports[0]
+    first = runs["[1]"]
+    assert len(set(first["losses"])) == 3, "the losses move: training happens"
+    for name, run in runs.items():
+        assert run == first, f"{name} differs from one rank"

@@ -53,7 +53,7 @@ def _fill_local(
     target: Any,
     local: torch.Tensor,
     generator: torch.Generator | None,
-    draw: Callable[[int, int, torch.Tensor], torch.Tensor],
+    draw: Callable[[int, int, _philox.Indices], torch.Tensor],
 ) -> torch.Tensor:
     from hwrng._dtensor_tracker import _shard_spec
 

@@ -42,10 +42,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 __all__ = [
+    "Indices",
+    "ShardIndices",
     "bernoulli_mask",
     "block_words",
     "flat_index",
@@ -150,6 +154,36 @@ def flat_index(dim_indices: Sequence[torch.Tensor], global_shape: Sequence[int])
     return total.expand(*(len(v) for v in dim_indices)).contiguous()
 
 
+@dataclass(frozen=True)
+class ShardIndices:
+    """A shard's global indices, described by one index vector per dim (see :func:`flat_index`).
+
+    The fused kernel reads this description directly; the generic path
+    materialises :meth:`flat`.
+    """
+
+    dims: tuple[torch.Tensor, ...]
+    shape: tuple[int, ...]
+
+    @property
+    def device(self) -> torch.device:
+        """Where the indices live."""
+        return self.dims[0].device if self.dims else torch.device("cpu")
+
+    def flat(self) -> torch.Tensor:
+        """The global flat index of every element, in the shard's shape."""
+        return flat_index(self.dims, self.shape)
+
+
+Indices = torch.Tensor | ShardIndices
+
+
+def _fused() -> Any:
+    from hwrng import _philox_triton
+
+    return _philox_triton
+
+
 def _unit(words: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Uniform [0, 1) in float64 from an element's words, with the dtype's precision."""
     if dtype == torch.float64:
@@ -174,7 +208,7 @@ def _check_dtype(dtype: torch.dtype) -> None:
 def uniform(
     seed: int,
     position: int,
-    index: torch.Tensor,
+    index: Indices,
     dtype: torch.dtype,
     *,
     low: float = 0.0,
@@ -184,16 +218,29 @@ def uniform(
     _check_dtype(dtype)
     if not (math.isfinite(low) and math.isfinite(high) and low <= high):
         raise ValueError(f"uniform needs finite low <= high, got [{low}, {high})")
+    if isinstance(index, ShardIndices):
+        _check(seed, position)
+        if _fused().available(index.device):
+            fused: torch.Tensor = _fused().uniform(
+                seed, position, index.dims, index.shape, dtype, low=low, high=high
+            )
+            return fused
+        index = index.flat()
     words = _words(seed, position, index, 2 if dtype == torch.float64 else 4)
     u = _unit(words, dtype)
-    values = _round_to(u * (high - low) + low, dtype)
-    if high > low:
-        top = torch.nextafter(
-            torch.tensor(high, dtype=dtype, device=values.device),
-            torch.tensor(low, dtype=dtype, device=values.device),
-        )
-        values = torch.where(values >= high, top, values)
+    values = _below(_round_to(u * (high - low) + low, dtype), dtype, low, high)
     return values.reshape(index.shape)
+
+
+def _below(values: torch.Tensor, dtype: torch.dtype, low: float, high: float) -> torch.Tensor:
+    """Move values that rounding took to ``high`` down to the dtype's largest value below it."""
+    if high <= low:
+        return values
+    top = torch.nextafter(
+        torch.tensor(high, dtype=dtype, device=values.device),
+        torch.tensor(low, dtype=dtype, device=values.device),
+    )
+    return torch.where(values >= high, top, values)
 
 
 # -- elementary functions from +, -, *, /, sqrt: identical on every device ------------------
@@ -251,7 +298,7 @@ def _sincos_turns(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def normal(
     seed: int,
     position: int,
-    index: torch.Tensor,
+    index: Indices,
     dtype: torch.dtype,
     *,
     mean: float = 0.0,
@@ -261,6 +308,7 @@ def normal(
     _check_dtype(dtype)
     if not (math.isfinite(mean) and math.isfinite(std) and std >= 0):
         raise ValueError(f"normal needs a finite mean and std >= 0, got {mean}, {std}")
+    index = index.flat() if isinstance(index, ShardIndices) else index
     flat = index.reshape(-1).to(torch.int64)
     if dtype == torch.float64:  # one pair per block: u1 from words 0, 1; u2 from words 2, 3
         table, inverse = _table(seed, position, flat // 2)
@@ -279,9 +327,15 @@ def normal(
 
 
 def bernoulli_mask(
-    seed: int, position: int, index: torch.Tensor, p: float | torch.Tensor
+    seed: int, position: int, index: Indices, p: float | torch.Tensor
 ) -> torch.Tensor:
     """A boolean mask, True with probability ``p`` (a float or a broadcastable tensor)."""
+    if isinstance(index, ShardIndices):
+        _check(seed, position)
+        if not isinstance(p, torch.Tensor) and 0.0 <= p <= 1.0 and _fused().available(index.device):
+            mask: torch.Tensor = _fused().bernoulli_mask(seed, position, index.dims, index.shape, p)
+            return mask
+        index = index.flat()
     words = _words(seed, position, index, 4)[:, 0].reshape(index.shape)
     if isinstance(p, torch.Tensor):
         if bool(((p < 0) | (p > 1)).any()):
@@ -347,7 +401,7 @@ def _phi(x: float) -> float:
 def trunc_normal(
     seed: int,
     position: int,
-    index: torch.Tensor,
+    index: Indices,
     dtype: torch.dtype,
     *,
     mean: float = 0.0,
@@ -362,6 +416,7 @@ def trunc_normal(
     _check_dtype(dtype)
     if not (math.isfinite(mean) and math.isfinite(std) and std > 0 and a < b):
         raise ValueError(f"trunc_normal needs std > 0 and a < b, got std={std}, [{a}, {b}]")
+    index = index.flat() if isinstance(index, ShardIndices) else index
     lower, upper = _phi((a - mean) / std), _phi((b - mean) / std)
     if dtype == torch.float64:
         u = (_unit(_words(seed, position, index, 2), dtype) * 2**53 + 0.5) * 2.0**-53

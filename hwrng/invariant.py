@@ -121,7 +121,7 @@ def _fill(
     spec: ShardSpec,
     generator: torch.Generator | None,
     platform: Platform | str | None,
-    draw: Callable[[int, int, torch.Tensor], torch.Tensor],
+    draw: Callable[[int, int, _philox.Indices], torch.Tensor],
     *,
     choose_seed: Callable[[int], int] | None = None,
 ) -> torch.Tensor:
@@ -132,7 +132,7 @@ def _fill(
             f"the tensor has shape {tuple(tensor.shape)}, but the spec's shard is "
             f"{spec.local_shape}"
         )
-    index = global_index(spec, tensor.device)
+    index = _philox.ShardIndices(tuple(_dim_indices(spec, tensor.device)), spec.shape)
     region = _position(spec, generator, platform, choose_seed)
     with region:
         seed, position = region.position

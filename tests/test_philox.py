@@ -3,8 +3,11 @@ scalar oracle, the bit-to-float mapping, slicing invariance, distributions and a
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import statistics
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -225,3 +228,40 @@ def test_determinism_and_distinctness() -> None:
 def test_bad_arguments(call: object, error: type[Exception]) -> None:
     with pytest.raises(error):
         call()  # type: ignore[operator]
+
+
+FUSED_CHECK = """
+import os, torch
+os.environ["TRITON_INTERPRET"] = "1"
+from hwrng import _philox, _philox_triton as fused
+T = torch.tensor
+cases = [
+    ([T([0, 2, 3]), torch.arange(1, 6)], (4, 7)),
+    ([torch.arange(5)], (5,)),
+    ([T([1]), T([0, 3]), T([2, 5, 6]), torch.arange(2), T([1, 4])], (2, 4, 7, 3, 5)),
+    ([torch.arange(0, 40, 3), T([0, 1, 8, 9])], (41, 10)),
+]
+seed, position = 2**63 + 5, 4096
+for dims, shape in cases:
+    index = _philox.flat_index(dims, shape)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        generic = _philox.uniform(seed, position, index, dtype, low=-1.0, high=2.5)
+        fast = fused.uniform(seed, position, dims, shape, dtype, low=-1.0, high=2.5)
+        assert torch.equal(generic, fast), (shape, dtype)
+    for p in (0.0, 0.3, 1.0):
+        generic = _philox.bernoulli_mask(7, 8, index, p)
+        assert torch.equal(generic, fused.bernoulli_mask(7, 8, dims, shape, p)), (shape, p)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None,
+    reason="Triton is not installed: the fused CUDA kernel is checked in Triton's interpreter "
+    "where it is (and on a GPU, where the CUDA tests run)",
+)
+def test_the_fused_kernel_equals_the_generic_path() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", FUSED_CHECK], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]

@@ -19,7 +19,7 @@ import abc
 import numpy as np
 import torch
 
-from hwrng._exceptions import InvalidStateError
+from hwrng._exceptions import InvalidStateError, NestingError
 
 __all__ = ["U64", "CounterView", "PhiloxCounter"]
 
@@ -113,14 +113,29 @@ class PhiloxCounter(CounterView):
 
     def read(self, generator: torch.Generator) -> tuple[int, int]:
         """Return the generator's ``(seed, offset)``."""
-        if self._native(generator):
+        if self._native(generator) and not _capturing(generator):
             return generator.initial_seed() & U64, int(generator.get_offset())
         words = self._layout_state(generator).numpy().view(np.uint64)
         return int(words[0]), int(words[1])
 
     def write(self, generator: torch.Generator, seed: int, offset: int) -> None:
-        """Seed the generator with ``seed`` and move it to ``offset``."""
-        if self._native(generator):
+        """Seed the generator with ``seed`` and move it to ``offset``.
+
+        During CUDA graph capture the offset API is off limits and a seed
+        cannot change: the 16-byte state is written with the seed it has
+        (offsets are then relative to the graph, and each replay adds its
+        base), and a new seed is refused with :class:`~hwrng.NestingError`.
+        """
+        if _capturing(generator):
+            current = int(self._layout_state(generator).numpy().view(np.uint64)[0])
+            if current != seed:
+                raise NestingError(
+                    f"cannot move the {generator.device} generator to seed {seed} during CUDA "
+                    f"graph capture (it holds {current}; capture cannot change a seed): run "
+                    "this op outside the captured region, or seed the ranks of a DTensor mesh "
+                    "alike so its ops keep the generator's seed"
+                )
+        elif self._native(generator):
             generator.manual_seed(seed)
             if offset:
                 generator.set_offset(offset)
@@ -128,3 +143,8 @@ class PhiloxCounter(CounterView):
         self._layout_state(generator)
         packed = np.array([seed, offset], dtype=np.uint64).view(np.uint8)
         generator.set_state(torch.from_numpy(packed.copy()))
+
+
+def _capturing(generator: torch.Generator) -> bool:
+    """Whether ``generator`` is a CUDA generator and the current stream is being captured."""
+    return generator.device.type == "cuda" and torch.cuda.is_current_stream_capturing()

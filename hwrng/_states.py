@@ -178,6 +178,15 @@ class RNGStatesTracker:
                 self._forked.discard(name)
                 self._states[name] = platform.swap_out(generator, token)
 
+    def graph_states(self) -> list[torch.Generator]:
+        """The named states a CUDA graph must know before capture, on graph-safe platforms.
+
+        Register each before capturing forks: ``for state in tracker.graph_states():
+        graph.register_generator_state(state)``. Empty on platforms whose named
+        states are copied tensors (no ``"graph_safe_states"`` capability).
+        """
+        return [state for state in self._states.values() if isinstance(state, torch.Generator)]
+
     def get_states(self) -> dict[str, torch.Tensor]:
         """Return a copy of every tracked state, name to CPU ``torch.uint8`` tensor."""
         return {name: self.platform.state_tensor(state) for name, state in self._states.items()}

@@ -121,3 +121,49 @@ def test_dtensor_adapter_on_a_one_gpu_mesh(cuda: hwrng.Platform, tmp_path: objec
             hwrng.dtensor.uninstall()
     finally:
         dist.destroy_process_group()
+
+
+def test_forks_and_regions_inside_a_cuda_graph(cuda: hwrng.Platform) -> None:
+    """Captured named-state forks and tracked regions: each replay draws new numbers, and the
+    streams advance as eager execution would."""
+    tracker = hwrng.RNGStatesTracker(cuda)
+    tracker.add("model-parallel-rng", 2718)
+    regions = hwrng.OffsetTracker(cuda)
+    spec = hwrng.ShardSpec((4096,), (2,), (Shard(0),), (1,))
+    x = torch.ones(2048, device="cuda")
+    cuda.manual_seed(11)
+    graph = torch.cuda.CUDAGraph()
+    for state in tracker.graph_states():
+        graph.register_generator_state(state)
+    outputs: dict[str, torch.Tensor] = {}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), tracker.fork():  # warm up outside capture, as torch advises
+        torch.nn.functional.dropout(x, 0.5)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        with tracker.fork():
+            outputs["dropout"] = torch.nn.functional.dropout(x, 0.5)
+        with regions.region(spec) as generator:
+            outputs["rand"] = torch.rand(2048, device="cuda", generator=generator)
+    replays = []
+    for _ in range(3):
+        graph.replay()
+        replays.append({k: v.clone() for k, v in outputs.items()})
+    for key in ("dropout", "rand"):
+        assert not torch.equal(replays[0][key], replays[1][key]), f"{key}: a replay repeats"
+        assert not torch.equal(replays[1][key], replays[2][key]), f"{key}: a replay repeats"
+    assert tracker.get_states()["model-parallel-rng"].numel() == 16, "still checkpointable"
+
+
+def test_a_seed_change_during_capture_is_refused(cuda: hwrng.Platform) -> None:
+    regions = hwrng.OffsetTracker(cuda)
+    spec = hwrng.ShardSpec((64,), (1,), (Replicate(),), (0,))
+    cuda.manual_seed(1)
+    graph = torch.cuda.CUDAGraph()
+    with (
+        pytest.raises(hwrng.NestingError, match="during CUDA graph capture"),
+        torch.cuda.graph(graph),
+        regions.region(spec, draw_seed=2),
+    ):
+        torch.rand(64, device="cuda")

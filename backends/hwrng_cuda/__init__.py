@@ -25,10 +25,50 @@ CUBLAS_WORKSPACE_CONFIG = ":4096:8"
 
 
 class CUDAPlatform(hwrng.DeviceModulePlatform):
-    """NVIDIA (or ROCm) GPUs through ``torch.cuda``."""
+    """NVIDIA (or ROCm) GPUs through ``torch.cuda``.
+
+    Named states (:class:`hwrng.RNGStatesTracker`) are graph-safe generator
+    states, swapped in and out of the device generator without a copy
+    (``graphsafe_get_state``/``graphsafe_set_state``), as Megatron-LM and
+    TransformerEngine do: a fork works inside ``torch.cuda.graph`` capture once
+    the states are registered with the graph (``tracker.graph_states()``), and
+    each replay draws new numbers.
+    """
 
     name: ClassVar[str] = "cuda"
     dist_backend: ClassVar[str] = "nccl"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"dtensor", "graph_safe_states"})
+
+    def detached_state(self, generator: torch.Generator, seed: int) -> object:
+        """A new graph-safe state at ``(seed, 0)``: a clone of the generator's, re-seeded."""
+        state = generator.clone_state()
+        state.manual_seed(seed)
+        return state
+
+    def swap_in(self, generator: torch.Generator, state: object) -> object:
+        """Point the generator at ``state`` (no copy); return what it pointed at."""
+        assert isinstance(state, torch.Generator)
+        previous = generator.graphsafe_get_state()
+        generator.graphsafe_set_state(state)
+        return previous
+
+    def swap_out(self, generator: torch.Generator, token: object) -> object:
+        """Point the generator back at ``token``; the named state advanced in place."""
+        assert isinstance(token, torch.Generator)
+        advanced = generator.graphsafe_get_state()
+        generator.graphsafe_set_state(token)
+        return advanced
+
+    def state_tensor(self, state: object) -> torch.Tensor:
+        """The 16-byte ``(seed, offset)`` state of a named state, for checkpoints."""
+        assert isinstance(state, torch.Generator)
+        return state.get_state()
+
+    def state_from_tensor(self, generator: torch.Generator, tensor: torch.Tensor) -> object:
+        """A graph-safe state holding a saved 16-byte state."""
+        state = generator.clone_state()
+        state.set_state(tensor)
+        return state
 
     def not_available_detail(self, module: ModuleType) -> str:
         """Tell a CPU-only torch build apart from a machine with no visible GPU."""

@@ -110,3 +110,20 @@ def test_rng_states_tracker_refusals(platform: hwrng.Platform) -> None:
     with pytest.raises(hwrng.InvalidStateError):
         tracker.set_states({"a": torch.zeros(3, dtype=torch.uint8)})
     assert tracker.names == ["a"]
+
+
+@pytest.mark.hwrng_requires("graph_safe_states")
+def test_named_states_swap_without_copies(platform: hwrng.Platform) -> None:
+    """A graph-safe platform swaps named states in and out: a fork's draws advance the very
+    state object a CUDA graph registered, so captured forks replay with fresh numbers.
+    """
+    tracker = hwrng.RNGStatesTracker(platform)
+    tracker.add("a", 17)
+    (registered,) = tracker.graph_states()
+    assert isinstance(registered, torch.Generator)
+    before = platform.get_seed_offset(registered)
+    default_state = platform.get_rng_state()
+    with tracker.fork("a"):
+        draw(platform.generator(), 64)
+    assert platform.get_seed_offset(registered)[1] > before[1], "the registered state advanced"
+    assert torch.equal(platform.get_rng_state(), default_state)

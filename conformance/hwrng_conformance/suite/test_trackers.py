@@ -114,8 +114,10 @@ def test_rng_states_tracker_refusals(platform: hwrng.Platform) -> None:
 
 @pytest.mark.hwrng_requires("graph_safe_states")
 def test_named_states_swap_without_copies(platform: hwrng.Platform) -> None:
-    """A graph-safe platform swaps named states in and out: a fork's draws advance the very
-    state object a CUDA graph registered, so captured forks replay with fresh numbers.
+    """A graph-safe platform swaps named states in and out without copies.
+
+    A fork's draws advance the very state object a CUDA graph registered, so
+    captured forks replay with fresh numbers.
     """
     tracker = hwrng.RNGStatesTracker(platform)
     tracker.add("a", 17)

@@ -5,6 +5,7 @@ Python user would already catch, so ``except ValueError`` keeps working::
 
     HwrngError
     ├── InvalidArgumentError   (TypeError)    an argument of the wrong kind
+    ├── InvalidValueError      (ValueError)   an argument of the right kind but out of range
     ├── InvalidSeedError       (ValueError)   a seed outside [0, 2**64)
     ├── InvalidOffsetError     (ValueError)   an offset < 0, >= 2**63 or not a multiple of 4
     ├── InvalidDeviceError     (ValueError)   a device or generator the platform does not manage
@@ -48,6 +49,7 @@ __all__ = [
     "InvalidOffsetError",
     "InvalidSeedError",
     "InvalidStateError",
+    "InvalidValueError",
     "MeshError",
     "NestingError",
     "TrackerError",
@@ -66,6 +68,10 @@ class HwrngWarning(UserWarning):
 
 class InvalidArgumentError(HwrngError, TypeError):
     """An argument is of the wrong kind (a flag that is not ``True``/``False``, ...)."""
+
+
+class InvalidValueError(HwrngError, ValueError):
+    """An argument of the right kind but out of range (a probability above 1, low > high, ...)."""
 
 
 class InvalidSeedError(HwrngError, ValueError):

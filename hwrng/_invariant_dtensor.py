@@ -20,7 +20,6 @@ numbers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -54,13 +53,16 @@ def _fill_local(
     local: torch.Tensor,
     generator: torch.Generator | None,
     draw: Callable[[int, int, _philox.Indices], torch.Tensor],
+    check: Callable[[], object],
 ) -> torch.Tensor:
     from hwrng._dtensor_tracker import _shard_spec
 
     tracker = _tracker()
     spec = _shard_spec(target._spec)
     choose = None if generator is not None else tracker.hwrng_seeds.chooser(target._spec.mesh)
-    return invariant._fill(local, spec, generator, tracker.hwrng_platform, draw, choose_seed=choose)
+    return invariant._fill(
+        local, spec, generator, tracker.hwrng_platform, draw, check=check, choose_seed=choose
+    )
 
 
 def _like(target: Any, local: torch.Tensor) -> Any:
@@ -95,6 +97,7 @@ def _uniform(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator
         local,
         generator,
         lambda s, p, i: _philox.uniform(s, p, i, dtype, low=low, high=high),
+        lambda: _philox.check_parameters("uniform", dtype, low=low, high=high),
     )
     return target
 
@@ -103,7 +106,11 @@ def _normal(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator:
     mean, std = _args(args, kwargs, ["mean", "std"], [0.0, 1.0])
     dtype = local.dtype
     _fill_local(
-        target, local, generator, lambda s, p, i: _philox.normal(s, p, i, dtype, mean=mean, std=std)
+        target,
+        local,
+        generator,
+        lambda s, p, i: _philox.normal(s, p, i, dtype, mean=mean, std=std),
+        lambda: _philox.check_parameters("normal", dtype, mean=mean, std=std),
     )
     return target
 
@@ -112,7 +119,11 @@ def _bernoulli_(target: Any, local: torch.Tensor, args: Any, kwargs: Any, genera
     (prob,) = _args(args, kwargs, ["p"], [0.5])
     dtype = local.dtype
     _fill_local(
-        target, local, generator, lambda s, p, i: _philox.bernoulli_mask(s, p, i, prob).to(dtype)
+        target,
+        local,
+        generator,
+        lambda s, p, i: _philox.bernoulli_mask(s, p, i, prob).to(dtype),
+        lambda: _philox.check_parameters("bernoulli", dtype, p=prob),
     )
     return target
 
@@ -120,17 +131,28 @@ def _bernoulli_(target: Any, local: torch.Tensor, args: Any, kwargs: Any, genera
 def _bernoulli(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
     out = torch.empty_like(local)
     _fill_local(
-        target, out, generator, lambda s, p, i: _philox.bernoulli_mask(s, p, i, local).to(out.dtype)
+        target,
+        out,
+        generator,
+        lambda s, p, i: _philox.bernoulli_mask(s, p, i, local).to(out.dtype),
+        lambda: _philox.check_parameters("bernoulli", out.dtype, p=local),
     )
     return _like(target, out)
 
 
 def _random_like(normal: bool) -> Fill:
     fill = _philox.normal if normal else _philox.uniform
+    op = "normal" if normal else "uniform"
 
     def like(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
         out = torch.empty_like(local)
-        _fill_local(target, out, generator, lambda s, p, i: fill(s, p, i, out.dtype))
+        _fill_local(
+            target,
+            out,
+            generator,
+            lambda s, p, i: fill(s, p, i, out.dtype),
+            lambda: _philox.check_parameters(op, out.dtype),
+        )
         return _like(target, out)
 
     return like
@@ -148,6 +170,7 @@ def _native_dropout(
         keep,
         generator,
         lambda s, p, i: _philox.bernoulli_mask(s, p, i, 1.0 - probability),
+        lambda: _philox.check_parameters("bernoulli", keep.dtype, p=1.0 - probability),
     )
     scale = 0.0 if probability == 1.0 else 1.0 / (1.0 - probability)
     return _like(target, local * keep * scale), _like(target, keep)
@@ -211,14 +234,15 @@ def _trunc_normal(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(tensor, mean, std, a, b, generator=generator)
         _refuse_unsupported("nn.init.trunc_normal_")
         dtype = tensor._local_tensor.dtype
-        if not (math.isfinite(mean) and std > 0 and a < b):
-            raise ValueError(f"trunc_normal_ needs std > 0 and a < b, got std={std}, [{a}, {b}]")
         with torch.no_grad():
             _fill_local(
                 tensor,
                 tensor._local_tensor,
                 generator,
                 lambda s, p, i: _philox.trunc_normal(s, p, i, dtype, mean=mean, std=std, a=a, b=b),
+                lambda: _philox.check_parameters(
+                    "trunc_normal", dtype, mean=mean, std=std, a=a, b=b
+                ),
             )
         return tensor
 

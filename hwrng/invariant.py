@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from hwrng import _philox
-from hwrng._exceptions import InvalidArgumentError, MeshError
+from hwrng._exceptions import InvalidArgumentError, InvalidValueError, MeshError
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
 from hwrng._sharding import ShardSpec, chunk_size
@@ -123,8 +123,14 @@ def _fill(
     platform: Platform | str | None,
     draw: Callable[[int, int, _philox.Indices], torch.Tensor],
     *,
+    check: Callable[[], object],
     choose_seed: Callable[[int], int] | None = None,
 ) -> torch.Tensor:
+    """Fill ``tensor`` with ``draw(seed, position, indices)`` once ``check`` passes.
+
+    Everything is checked before the generator moves; an error inside ``draw``
+    after that (none is expected) would leave it advanced past the op.
+    """
     if not isinstance(spec, ShardSpec):
         raise InvalidArgumentError(f"needs a ShardSpec, got {type(spec).__name__}")
     if tuple(tensor.shape) != spec.local_shape:
@@ -132,6 +138,7 @@ def _fill(
             f"the tensor has shape {tuple(tensor.shape)}, but the spec's shard is "
             f"{spec.local_shape}"
         )
+    check()
     index = _philox.ShardIndices(tuple(_dim_indices(spec, tensor.device)), spec.shape)
     region = _position(spec, generator, platform, choose_seed)
     with region:
@@ -179,6 +186,7 @@ def uniform_(
         generator,
         platform,
         lambda s, p, i: _philox.uniform(s, p, i, dtype, low=low, high=high),
+        check=lambda: _philox.check_parameters("uniform", dtype, low=low, high=high),
     )
 
 
@@ -199,6 +207,7 @@ def normal_(
         generator,
         platform,
         lambda s, p, i: _philox.normal(s, p, i, dtype, mean=mean, std=std),
+        check=lambda: _philox.check_parameters("normal", dtype, mean=mean, std=std),
     )
 
 
@@ -217,6 +226,7 @@ def bernoulli_(
         generator,
         platform,
         lambda s, q, i: _philox.bernoulli_mask(s, q, i, p).to(tensor.dtype),
+        check=lambda: _philox.check_parameters("bernoulli", tensor.dtype, p=p),
     )
 
 
@@ -244,6 +254,7 @@ def trunc_normal_(  # noqa: PLR0917 - positional as in torch.nn.init.trunc_norma
         generator,
         platform,
         lambda s, p, i: _philox.trunc_normal(s, p, i, dtype, mean=mean, std=std, a=a, b=b),
+        check=lambda: _philox.check_parameters("trunc_normal", dtype, mean=mean, std=std, a=a, b=b),
     )
 
 
@@ -261,7 +272,7 @@ def dropout(
     Returns ``input * mask / (1 - p)``; gradients flow through the same mask.
     """
     if not 0.0 <= p <= 1.0:
-        raise InvalidArgumentError(f"dropout probability must lie in [0, 1], got {p}")
+        raise InvalidValueError(f"dropout probability must lie in [0, 1], got {p}")
     if not training or p == 0.0:
         return input
     keep = torch.empty(input.shape, dtype=input.dtype, device=input.device)

@@ -136,5 +136,29 @@ def test_refusals(cpu: hwrng.Platform) -> None:
         invariant.uniform_(torch.empty(4, 4), spec)
     with pytest.raises(hwrng.InvalidArgumentError, match="ShardSpec"):
         invariant.global_index((4, 4))  # type: ignore[arg-type]
-    with pytest.raises(hwrng.InvalidArgumentError, match="dropout probability"):
+    with pytest.raises(hwrng.InvalidValueError, match="dropout probability"):
         invariant.dropout(torch.ones(2, 4), spec, 1.5)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda t, s: invariant.bernoulli_(t, s, 1.5), hwrng.InvalidValueError, "lie in"),
+        (lambda t, s: invariant.uniform_(t, s, 2.0, 1.0), hwrng.InvalidValueError, "low <= high"),
+        (lambda t, s: invariant.uniform_(t, s, math.nan), hwrng.InvalidValueError, "finite"),
+        (lambda t, s: invariant.normal_(t, s, 0.0, -1.0), hwrng.InvalidValueError, "std"),
+        (lambda t, s: invariant.trunc_normal_(t, s, 0, 1, 3, 2), hwrng.InvalidValueError, "a < b"),
+        (lambda t, s: invariant.uniform_(t.long(), s), hwrng.InvalidArgumentError, "dtype"),
+    ],
+)
+def test_bad_values_raise_hwrng_errors_and_leave_the_generator(
+    cpu: hwrng.Platform, call: Any, error: type[Exception], message: str
+) -> None:
+    spec = hwrng.ShardSpec((4, 4), (2,), (Shard(0),), (0,))
+    generator = cpu.generator()
+    before = generator.get_state()
+    tensor = torch.zeros(2, 4)
+    with pytest.raises(error, match=message):
+        call(tensor, spec)
+    assert torch.equal(generator.get_state(), before), "a refused call moved the generator"
+    assert torch.equal(tensor, torch.zeros(2, 4)), "a refused call wrote into the tensor"

@@ -1,37 +1,114 @@
-"""Timing helpers shared by the benchmarks: medians of repeated samples, and the machine."""
+"""Timing helpers shared by the benchmarks: medians and spreads of repeated samples, the machine."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 
 import torch
 
 import hwrng
 
 
-def median_ns(
-    body: Callable[[], object], *, inner: int, samples: int = 15, warmup: int = 2
-) -> float:
-    """Median over ``samples`` of the mean time of ``inner`` calls, in nanoseconds per call."""
-    for _ in range(warmup):
-        for _ in range(inner):
-            body()
-    results = []
+@dataclass(frozen=True)
+class Result:
+    """One measured case: the median time per call and its spread, and its baseline's name."""
+
+    group: str
+    name: str
+    median_us: float
+    spread_us: float  # interquartile range of the samples
+    samples: int
+    baseline: str | None = None
+    ratio: float | None = None
+    note: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain values for the JSON file."""
+        return asdict(self)
+
+
+def mean_us(body: Callable[[], object], *, inner: int, sync: Callable[[], object] | None) -> float:
+    """The mean time (us) of ``inner`` calls, synchronising the device at the end if asked."""
+    start = time.perf_counter_ns()
+    for _ in range(inner):
+        body()
+    if sync is not None:
+        sync()
+    return (time.perf_counter_ns() - start) / inner / 1000
+
+
+def measure(
+    group: str,
+    cases: dict[str, Callable[[], object]],
+    *,
+    baseline: str,
+    inner: int,
+    samples: int = 15,
+    sync: Callable[[], object] | None = None,
+    notes: dict[str, str] | None = None,
+    before: dict[str, Callable[[], object]] | None = None,
+) -> list[Result]:
+    """Time every case, interleaved sample by sample so drift hits all alike; ratio to ``baseline``.
+
+    ``before[name]``, if given, runs untimed before each sample of that case
+    (to switch a global setting the case needs).
+    """
+    prepare = before or {}
+    for name, body in cases.items():  # warm every case first
+        prepare.get(name, _nothing)()
+        mean_us(body, inner=inner, sync=sync)
+    timings: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(samples):
-        start = time.perf_counter_ns()
-        for _ in range(inner):
-            body()
-        results.append((time.perf_counter_ns() - start) / inner)
-    return statistics.median(results)
+        for name, body in cases.items():
+            prepare.get(name, _nothing)()
+            timings[name].append(mean_us(body, inner=inner, sync=sync))
+    base = statistics.median(timings[baseline])
+    out = []
+    for name, values in timings.items():
+        quartiles = statistics.quantiles(values, n=4)
+        median = statistics.median(values)
+        out.append(
+            Result(
+                group=group,
+                name=name,
+                median_us=median,
+                spread_us=quartiles[2] - quartiles[0],
+                samples=samples,
+                baseline=None if name == baseline else baseline,
+                ratio=None if name == baseline else median / base,
+                note=(notes or {}).get(name, ""),
+            )
+        )
+    return out
 
 
-def machine() -> str:
-    """One line naming the machine, torch, hwrng and the date."""
+def _nothing() -> None:
+    return None
+
+
+@contextlib.contextmanager
+def one_rank_group(backend: str = "gloo") -> Iterator[None]:
+    """A ``torch.distributed`` group of this process alone, for one-device meshes."""
+    import torch.distributed as dist
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group(backend, init_method=f"file://{tmp}/rdv", rank=0, world_size=1)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+
+def machine() -> dict[str, str]:
+    """The machine, device, torch, hwrng, python and date, for the results' header."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
@@ -40,9 +117,11 @@ def machine() -> str:
             )
     except (OSError, StopIteration):
         pass
-    gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
-    today = datetime.date.today().isoformat()
-    return (
-        f"{cpu} ({os.cpu_count()} cores){gpu}; torch {torch.__version__}, "
-        f"hwrng {hwrng.__version__}, python {platform.python_version()}; {today}"
-    )
+    return {
+        "cpu": f"{cpu} ({os.cpu_count()} cores)",
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+        "torch": torch.__version__,
+        "hwrng": hwrng.__version__,
+        "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(),
+    }

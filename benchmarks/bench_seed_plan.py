@@ -1,14 +1,10 @@
-"""seed_plan for 1,048,576 ranks, against a Python loop over the same formula.
-
-Run: python benchmarks/bench_seed_plan.py
-"""
+"""seed_plan for 1,048,576 ranks, against a Python loop over the same formula."""
 
 from __future__ import annotations
 
 import math
-import time
 
-from _timing import machine, median_ns
+from _timing import Result, measure
 
 import hwrng
 
@@ -17,7 +13,7 @@ SHARDED = ["pp", "tp", "cp"]
 
 
 def python_loop(seed: int) -> list[int]:
-    """The baseline: the RFC's formula, one rank at a time, in plain Python."""
+    """The baseline: a rank's index among the sharded dims, one rank at a time, in plain Python."""
     names = list(MESH)
     seeds = []
     for rank in range(math.prod(MESH.values())):
@@ -32,19 +28,19 @@ def python_loop(seed: int) -> list[int]:
     return seeds
 
 
-def main() -> None:
+def run(platform: hwrng.Platform, quick: bool) -> list[Result]:
+    """Time ``seed_plan`` and the loop; check first that both give the same seeds."""
+    del platform  # host-only
+    if python_loop(123) != hwrng.seed_plan(123, MESH, SHARDED).tolist():
+        raise AssertionError("seed_plan and the Python loop disagree")
     world = math.prod(MESH.values())
-    print(f"seed_plan over {world:,} ranks, mesh {MESH}, sharded {SHARDED}")
-    print(machine())
-    plan_ns = median_ns(lambda: hwrng.seed_plan(123, MESH, SHARDED), inner=1, samples=15)
-    start = time.perf_counter_ns()
-    baseline = python_loop(123)
-    loop_ns = time.perf_counter_ns() - start
-    assert baseline == hwrng.seed_plan(123, MESH, SHARDED).tolist(), "both must agree"
-    print(f"hwrng.seed_plan (median of 15): {plan_ns / 1e6:9.1f} ms")
-    print(f"Python loop (1 run):            {loop_ns / 1e6:9.1f} ms")
-    print(f"speed-up: {loop_ns / plan_ns:.0f}x")
-
-
-if __name__ == "__main__":
-    main()
+    return measure(
+        f"seed plan for {world:,} ranks {MESH}, sharded {SHARDED}",
+        {
+            "Python loop": lambda: python_loop(123),
+            "hwrng.seed_plan": lambda: hwrng.seed_plan(123, MESH, SHARDED),
+        },
+        baseline="Python loop",
+        inner=1,
+        samples=3 if quick else 7,
+    )

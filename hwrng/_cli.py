@@ -1,5 +1,10 @@
 """The ``hwrng`` command line: ``backends``, ``plan``, ``check``, and commands plugins add.
 
+Long on purpose: it is the whole command line -- parsing and validating each
+built-in subcommand's arguments, the small ``backends`` and ``plan`` commands,
+the plugin-command hook and signal handling -- while the work of ``check``
+lives in ``hwrng._check`` and table formatting in ``hwrng._format``.
+
 Plugins add subcommands through the :func:`~hwrng.hookspecs.hwrng_register_commands`
 hook (the conformance suite adds ``hwrng conformance`` that way), so this
 module imports nothing from them.

@@ -1,5 +1,9 @@
 """A pool of real ``torch.distributed`` processes that run many checks each.
 
+Long on purpose: starting the processes, their rendezvous, dispatching calls,
+carrying errors back and tearing down are one lifecycle that shares the pool's
+pipes.
+
 Starting processes is the slow part of a multi-process test (each imports
 torch), so a :class:`DistributedPool` starts its ranks once, joins them into a
 process group, and then runs any number of functions on every rank::

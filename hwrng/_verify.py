@@ -1,5 +1,9 @@
 """``hwrng.verify``: prove at run time that replicas agree and shards differ, stream by stream.
 
+Long on purpose: the fingerprint layout below, how each stream is fingerprinted
+and how the gathered fingerprints are judged are one wire format that every
+rank must read alike.
+
 Every rank sends one fingerprint of 64 bytes -- 16 words of 32 bits -- in a
 single ``all_gather``, and nothing else:
 
@@ -143,8 +147,10 @@ class VerifyReport:
         """A readable report: one line per stream, then each problem."""
         lines = [f"hwrng verify: {self.world_size} rank(s); plan: {self.plan}"]
         for verdict in self.streams:
-            status = "ok" if verdict.ok else "FAILED"
-            lines.append(f"  {verdict.stream:<32} {status:<7} {verdict.expectation}")
+            if verdict.ok:
+                lines.append(f"  {verdict.stream:<32} ok      {verdict.expectation}")
+            else:
+                lines.append(f"  {verdict.stream:<32} FAILED  expected: {verdict.expectation}")
             lines.extend(f"      {problem}" for problem in verdict.problems)
         return "\n".join(lines)
 

@@ -21,15 +21,14 @@ autograd thread) would otherwise hang for ever.
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
 import threading
 import weakref
 from collections.abc import Iterator
 
 import torch
 
-from hwrng._exceptions import InvalidArgumentError, NestingError
+from hwrng._exceptions import NestingError
+from hwrng._validation import positive_seconds_from_env
 
 __all__ = ["CLAIM_TIMEOUT_ENV", "Claim", "claim", "claim_for"]
 
@@ -91,21 +90,8 @@ def claim_for(generator: torch.Generator) -> Claim:
     return found
 
 
-@functools.lru_cache(maxsize=8)
-def _parse_timeout(text: str) -> float:
-    if not text:
-        return DEFAULT_CLAIM_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise InvalidArgumentError(f"{CLAIM_TIMEOUT_ENV}={text!r} is not a positive number")
-    return value
-
-
 def _timeout() -> float:
-    return _parse_timeout(os.environ.get(CLAIM_TIMEOUT_ENV, "").strip())
+    return positive_seconds_from_env(CLAIM_TIMEOUT_ENV, DEFAULT_CLAIM_TIMEOUT)
 
 
 @contextlib.contextmanager

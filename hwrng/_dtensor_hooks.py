@@ -149,6 +149,30 @@ def _random_inplace_handler(op_call: Any, args: tuple[Any, ...], kwargs: dict[st
     return target
 
 
+def set_op_handlers(ops: Any, handler: Any) -> dict[Any, Any]:
+    """Make ``handler`` DTensor's custom handler of each op; return the handlers it replaced."""
+    from torch.distributed.tensor import DTensor
+
+    table = DTensor._op_dispatcher._custom_op_handlers
+    replaced = {op: table.get(op) for op in ops}
+    for op in ops:
+        table[op] = handler
+    return replaced
+
+
+def restore_op_handlers(replaced: dict[Any, Any], handler: Any) -> None:
+    """Undo :func:`set_op_handlers`, for the ops that ``handler`` still handles."""
+    from torch.distributed.tensor import DTensor
+
+    table = DTensor._op_dispatcher._custom_op_handlers
+    for op, previous in replaced.items():
+        if table.get(op) is handler:
+            if previous is None:
+                table.pop(op, None)
+            else:
+                table[op] = previous
+
+
 @dataclass
 class Patches:
     """What :func:`hwrng.dtensor.install` changed besides the tracker, so it can be undone."""
@@ -161,8 +185,6 @@ class Patches:
 
     def apply(self, tracker: Any) -> None:
         """Patch the three hooks for ``tracker`` (see the module notes)."""
-        from torch.distributed.tensor import DTensor
-
         original = getattr(self.module, "is_rng_supported_mesh")  # noqa: B009 - private to mypy
         device_type = self.platform.device_type
 
@@ -171,10 +193,7 @@ class Patches:
 
         self.supported_mesh = original
         setattr(self.module, "is_rng_supported_mesh", is_rng_supported_mesh)  # noqa: B010
-        table = DTensor._op_dispatcher._custom_op_handlers
-        for op in _extra_random_ops():
-            self.handlers[op] = table.get(op)
-            table[op] = _random_inplace_handler
+        self.handlers.update(set_op_handlers(_extra_random_ops(), _random_inplace_handler))
         cuda_op = _cuda_rng_op()
         if cuda_op is not None:
             from torch._C import DispatchKey
@@ -187,17 +206,9 @@ class Patches:
 
     def undo(self) -> None:
         """Put back what :meth:`apply` changed (handlers only where still ours)."""
-        from torch.distributed.tensor import DTensor
-
         if self.supported_mesh is not None:
             setattr(self.module, "is_rng_supported_mesh", self.supported_mesh)  # noqa: B010
-        table = DTensor._op_dispatcher._custom_op_handlers
-        for op, previous in self.handlers.items():
-            if table.get(op) is _random_inplace_handler:
-                if previous is None:
-                    table.pop(op, None)
-                else:
-                    table[op] = previous
+        restore_op_handlers(self.handlers, _random_inplace_handler)
         cuda_op = _cuda_rng_op()
         if cuda_op is not None and self.kernels:
             for key, previous in self.kernels.items():

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from hwrng import _philox, invariant
+from hwrng._dtensor_hooks import restore_op_handlers, set_op_handlers
 from hwrng._exceptions import DTensorHookError
 from hwrng._local_ranks import local_tensor_mode
 
@@ -53,16 +54,13 @@ def _fill_local(
     local: torch.Tensor,
     generator: torch.Generator | None,
     draw: Callable[[int, int, _philox.Indices], torch.Tensor],
-    check: Callable[[], object],
 ) -> torch.Tensor:
     from hwrng._dtensor_tracker import _shard_spec
 
     tracker = _tracker()
     spec = _shard_spec(target._spec)
     choose = None if generator is not None else tracker.hwrng_seeds.chooser(target._spec.mesh)
-    return invariant._fill(
-        local, spec, generator, tracker.hwrng_platform, draw, check=check, choose_seed=choose
-    )
+    return invariant._fill(local, spec, generator, tracker.hwrng_platform, draw, choose_seed=choose)
 
 
 def _like(target: Any, local: torch.Tensor) -> Any:
@@ -91,68 +89,36 @@ Fill = Callable[[Any, torch.Tensor, tuple[Any, ...], dict[str, Any], Any], Any]
 
 def _uniform(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
     low, high = _args(args, kwargs, ["from", "to"], [0.0, 1.0])
-    dtype = local.dtype
     _fill_local(
-        target,
-        local,
-        generator,
-        lambda s, p, i: _philox.uniform(s, p, i, dtype, low=low, high=high),
-        lambda: _philox.check_parameters("uniform", dtype, low=low, high=high),
+        target, local, generator, _philox.drawer("uniform", local.dtype, low=low, high=high)
     )
     return target
 
 
 def _normal(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
     mean, std = _args(args, kwargs, ["mean", "std"], [0.0, 1.0])
-    dtype = local.dtype
-    _fill_local(
-        target,
-        local,
-        generator,
-        lambda s, p, i: _philox.normal(s, p, i, dtype, mean=mean, std=std),
-        lambda: _philox.check_parameters("normal", dtype, mean=mean, std=std),
-    )
+    _fill_local(target, local, generator, _philox.drawer("normal", local.dtype, mean=mean, std=std))
     return target
 
 
 def _bernoulli_(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
     (prob,) = _args(args, kwargs, ["p"], [0.5])
-    dtype = local.dtype
-    _fill_local(
-        target,
-        local,
-        generator,
-        lambda s, p, i: _philox.bernoulli_mask(s, p, i, prob).to(dtype),
-        lambda: _philox.check_parameters("bernoulli", dtype, p=prob),
-    )
+    _fill_local(target, local, generator, _philox.drawer("bernoulli", local.dtype, p=prob))
     return target
 
 
 def _bernoulli(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
     out = torch.empty_like(local)
-    _fill_local(
-        target,
-        out,
-        generator,
-        lambda s, p, i: _philox.bernoulli_mask(s, p, i, local).to(out.dtype),
-        lambda: _philox.check_parameters("bernoulli", out.dtype, p=local),
-    )
+    _fill_local(target, out, generator, _philox.drawer("bernoulli", out.dtype, p=local))
     return _like(target, out)
 
 
 def _random_like(normal: bool) -> Fill:
-    fill = _philox.normal if normal else _philox.uniform
     op = "normal" if normal else "uniform"
 
     def like(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
         out = torch.empty_like(local)
-        _fill_local(
-            target,
-            out,
-            generator,
-            lambda s, p, i: fill(s, p, i, out.dtype),
-            lambda: _philox.check_parameters(op, out.dtype),
-        )
+        _fill_local(target, out, generator, _philox.drawer(op, out.dtype))
         return _like(target, out)
 
     return like
@@ -166,11 +132,7 @@ def _native_dropout(
         return target, _like(target, torch.ones_like(local, dtype=torch.bool))
     keep = torch.empty_like(local, dtype=torch.bool)
     _fill_local(
-        target,
-        keep,
-        generator,
-        lambda s, p, i: _philox.bernoulli_mask(s, p, i, 1.0 - probability),
-        lambda: _philox.check_parameters("bernoulli", keep.dtype, p=1.0 - probability),
+        target, keep, generator, _philox.drawer("bernoulli", keep.dtype, p=1.0 - probability)
     )
     scale = 0.0 if probability == 1.0 else 1.0 / (1.0 - probability)
     return _like(target, local * keep * scale), _like(target, keep)
@@ -233,17 +195,10 @@ def _trunc_normal(original: Callable[..., Any]) -> Callable[..., Any]:
         if not isinstance(tensor, DTensor) or tensor._local_tensor.is_meta:
             return original(tensor, mean, std, a, b, generator=generator)
         _refuse_unsupported("nn.init.trunc_normal_")
-        dtype = tensor._local_tensor.dtype
+        local = tensor._local_tensor
+        draw = _philox.drawer("trunc_normal", local.dtype, mean=mean, std=std, a=a, b=b)
         with torch.no_grad():
-            _fill_local(
-                tensor,
-                tensor._local_tensor,
-                generator,
-                lambda s, p, i: _philox.trunc_normal(s, p, i, dtype, mean=mean, std=std, a=a, b=b),
-                lambda: _philox.check_parameters(
-                    "trunc_normal", dtype, mean=mean, std=std, a=a, b=b
-                ),
-            )
+            _fill_local(tensor, local, generator, draw)
         return tensor
 
     trunc_normal_.__doc__ = original.__doc__
@@ -260,12 +215,9 @@ class InvariantPatches:
     def apply(self) -> None:
         """Install the invariant handlers and functions."""
         import torch.distributed.tensor as dtensor_module
-        from torch.distributed.tensor import DTensor, _api
+        from torch.distributed.tensor import _api
 
-        table = DTensor._op_dispatcher._custom_op_handlers
-        for op in _kinds():
-            self._handlers[op] = table.get(op)
-            table[op] = _handler
+        self._handlers.update(set_op_handlers(_kinds(), _handler))
         rand, randn = _dtensor_random("rand"), _dtensor_random("randn")
         swaps = [
             (dtensor_module, "rand", rand),
@@ -280,15 +232,7 @@ class InvariantPatches:
 
     def undo(self) -> None:
         """Put back what :meth:`apply` changed (handlers only where still ours)."""
-        from torch.distributed.tensor import DTensor
-
-        table = DTensor._op_dispatcher._custom_op_handlers
-        for op, previous in self._handlers.items():
-            if table.get(op) is _handler:
-                if previous is None:
-                    table.pop(op, None)
-                else:
-                    table[op] = previous
+        restore_op_handlers(self._handlers, _handler)
         for module, name, original in reversed(self._functions):
             setattr(module, name, original)
         self._handlers.clear()

@@ -654,6 +654,29 @@ def check_parameters(op: str, dtype: torch.dtype, **parameters: float | torch.Te
         raise InvalidArgumentError(f"unknown op {op!r}")
 
 
+def drawer(
+    op: str, dtype: torch.dtype, **parameters: float | torch.Tensor
+) -> Callable[[int, int, Indices], torch.Tensor]:
+    """Check ``op``'s parameters for ``dtype`` now; return what draws its values later.
+
+    ``op`` is ``"uniform"``, ``"normal"``, ``"trunc_normal"`` or ``"bernoulli"``
+    (whose 0/1 mask is cast to ``dtype``). The returned function takes ``(seed,
+    position, index)``. Checking up front lets a caller refuse bad input before
+    it moves a generator to draw.
+    """
+    check_parameters(op, dtype, **parameters)
+    if op == "bernoulli":
+        p = parameters["p"]
+        return lambda seed, position, index: bernoulli_mask(seed, position, index, p).to(dtype)
+    fills: dict[str, Callable[..., torch.Tensor]] = {
+        "uniform": uniform,
+        "normal": normal,
+        "trunc_normal": trunc_normal,
+    }
+    fill = fills[op]
+    return lambda seed, position, index: fill(seed, position, index, dtype, **parameters)
+
+
 def uniform(
     seed: int,
     position: int,

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from hwrng._exceptions import InvalidArgumentError, InvalidValueError
+from hwrng._exceptions import InvalidValueError
 
 try:
     import triton  # type: ignore[import-not-found, import-untyped, unused-ignore]
@@ -526,19 +526,11 @@ def uniform(
         index = _philox.flat_index(dim_indices, global_shape)
         return _philox.uniform(seed, position, index, dtype, low=low, high=high)
     seed, position = _philox._check_seed(seed, position)
-    _philox._check_dtype(dtype)
-    bounds = _philox._check_finite(low=low, high=high)
-    low, high = bounds["low"], bounds["high"]
-    if low > high:
-        raise InvalidValueError(f"uniform needs low <= high, got low={low}, high={high}")
-    _philox._check_range(dtype, low=low, high=high)
+    low, high, lo, hi = _philox._uniform_parameters(dtype, low, high)
     shard = _shard(dim_indices, global_shape, device)
     if low == high:
         return torch.full(shard[2], low, dtype=dtype, device=device)
     width = high - low
-    if not math.isfinite(width):
-        raise InvalidValueError(f"high - low overflows float64: low={low}, high={high}")
-    lo, hi = _philox._inside(low, high, dtype, open_high=True)
     unit = low == 0.0 and high == 1.0
     if dtype == torch.float64:
         kind, shift = _UNIFORM64, 0
@@ -587,15 +579,11 @@ def normal(
         index = _philox.flat_index(dim_indices, global_shape)
         return _philox.normal(seed, position, index, dtype, mean=mean, std=std)
     seed, position = _philox._check_seed(seed, position)
-    _philox._check_dtype(dtype)
-    params = _philox._check_finite(mean=mean, std=std)
-    if params["std"] < 0:
-        raise InvalidValueError(f"normal needs std >= 0, got {params['std']}")
+    mean, std = _philox._normal_parameters(dtype, mean, std)
     kind = _NORMAL64 if dtype == torch.float64 else _NORMAL32
     shard = _shard(dim_indices, global_shape, device)
     return _launch(
-        kind, seed, position, shard, dtype=dtype, device=device,
-        a=params["std"], b=params["mean"],
+        kind, seed, position, shard, dtype=dtype, device=device, a=std, b=mean,
     )  # fmt: skip
 
 
@@ -632,14 +620,9 @@ def bernoulli_mask(
         index = _philox.flat_index(dim_indices, global_shape)
         return _philox.bernoulli_mask(seed, position, index, p)
     seed, position = _philox._check_seed(seed, position)
+    probability = _philox._probability(p)
     shard = _shard(dim_indices, global_shape, device)
     if isinstance(p, torch.Tensor):
-        if not p.dtype.is_floating_point:
-            raise InvalidArgumentError(
-                f"a probability tensor must be floating point, got {p.dtype}"
-            )
-        if p.numel() and not bool(((p >= 0) & (p <= 1)).all()):
-            raise InvalidValueError("probabilities must lie in [0, 1]")
         if not _philox._broadcasts_to(p.shape, shard[2]):
             raise InvalidValueError(
                 f"probabilities of shape {tuple(p.shape)} do not broadcast to the shard's "
@@ -650,9 +633,6 @@ def bernoulli_mask(
             _BERNOULLI_P, seed, position, shard, dtype=torch.bool, device=device,
             limits=limits.to(torch.int64),
         )  # fmt: skip
-    probability = _philox._check_finite(p=p)["p"]
-    if not 0.0 <= probability <= 1.0:
-        raise InvalidValueError(f"p must lie in [0, 1], got {probability}")
     return _launch(
         _BERNOULLI, seed, position, shard, dtype=torch.bool, device=device,
         threshold=round(probability * 2**32),

@@ -51,9 +51,9 @@ from hwrng._exceptions import (
     DuplicateBackendError,
     HwrngError,
     HwrngWarning,
-    InvalidArgumentError,
 )
 from hwrng._platform import Platform, parse_device
+from hwrng._validation import positive_seconds_from_env
 
 __all__ = [
     "BACKEND_ENV",
@@ -196,16 +196,7 @@ def _error_text(error: BaseException) -> str:
 
 
 def _import_timeout() -> float:
-    text = os.environ.get(IMPORT_TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_IMPORT_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise InvalidArgumentError(f"{IMPORT_TIMEOUT_ENV}={text!r} is not a positive number")
-    return value
+    return positive_seconds_from_env(IMPORT_TIMEOUT_ENV, DEFAULT_IMPORT_TIMEOUT)
 
 
 def _import_isolated(entry_point: importlib.metadata.EntryPoint, timeout: float) -> str | None:

@@ -8,6 +8,7 @@ refusal is an :class:`~hwrng.HwrngError`.
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -186,6 +187,26 @@ def check_flag(value: object, name: str) -> bool:
     """
     if not isinstance(value, bool):
         raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def positive_seconds_from_env(name: str, default: float) -> float:
+    """The positive number of seconds in environment variable ``name``, or ``default`` if unset.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If the variable is set to anything but a positive number.
+    """
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:  # also refuses nan
+        raise InvalidArgumentError(f"{name}={text!r} is not a positive number")
     return value
 
 

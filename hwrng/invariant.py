@@ -123,13 +123,13 @@ def _fill(
     platform: Platform | str | None,
     draw: Callable[[int, int, _philox.Indices], torch.Tensor],
     *,
-    check: Callable[[], object],
     choose_seed: Callable[[int], int] | None = None,
 ) -> torch.Tensor:
-    """Fill ``tensor`` with ``draw(seed, position, indices)`` once ``check`` passes.
+    """Fill ``tensor`` with ``draw(seed, position, indices)`` (from :func:`_philox.drawer`).
 
-    Everything is checked before the generator moves; an error inside ``draw``
-    after that (none is expected) would leave it advanced past the op.
+    Everything is checked before the generator moves (the drawer checked its
+    parameters when it was made); an error inside ``draw`` after that (none is
+    expected) would leave it advanced past the op.
     """
     if not isinstance(spec, ShardSpec):
         raise InvalidArgumentError(f"needs a ShardSpec, got {type(spec).__name__}")
@@ -138,7 +138,6 @@ def _fill(
             f"the tensor has shape {tuple(tensor.shape)}, but the spec's shard is "
             f"{spec.local_shape}"
         )
-    check()
     index = _philox.ShardIndices(tuple(_dim_indices(spec, tensor.device)), spec.shape)
     region = _position(spec, generator, platform, choose_seed)
     with region:
@@ -179,15 +178,8 @@ def uniform_(
     torch.Tensor
         ``tensor``.
     """
-    dtype = tensor.dtype
-    return _fill(
-        tensor,
-        spec,
-        generator,
-        platform,
-        lambda s, p, i: _philox.uniform(s, p, i, dtype, low=low, high=high),
-        check=lambda: _philox.check_parameters("uniform", dtype, low=low, high=high),
-    )
+    draw = _philox.drawer("uniform", tensor.dtype, low=low, high=high)
+    return _fill(tensor, spec, generator, platform, draw)
 
 
 def normal_(
@@ -200,15 +192,8 @@ def normal_(
     platform: Platform | str | None = None,
 ) -> torch.Tensor:
     """Fill the local shard with invariant normal values (Box-Muller within a Philox block)."""
-    dtype = tensor.dtype
-    return _fill(
-        tensor,
-        spec,
-        generator,
-        platform,
-        lambda s, p, i: _philox.normal(s, p, i, dtype, mean=mean, std=std),
-        check=lambda: _philox.check_parameters("normal", dtype, mean=mean, std=std),
-    )
+    draw = _philox.drawer("normal", tensor.dtype, mean=mean, std=std)
+    return _fill(tensor, spec, generator, platform, draw)
 
 
 def bernoulli_(
@@ -220,14 +205,8 @@ def bernoulli_(
     platform: Platform | str | None = None,
 ) -> torch.Tensor:
     """Fill the local shard with invariant 0/1 values, 1 with probability ``p``."""
-    return _fill(
-        tensor,
-        spec,
-        generator,
-        platform,
-        lambda s, q, i: _philox.bernoulli_mask(s, q, i, p).to(tensor.dtype),
-        check=lambda: _philox.check_parameters("bernoulli", tensor.dtype, p=p),
-    )
+    draw = _philox.drawer("bernoulli", tensor.dtype, p=p)
+    return _fill(tensor, spec, generator, platform, draw)
 
 
 def trunc_normal_(  # noqa: PLR0917 - positional as in torch.nn.init.trunc_normal_
@@ -247,15 +226,8 @@ def trunc_normal_(  # noqa: PLR0917 - positional as in torch.nn.init.trunc_norma
     which samples by rejection and may loop a different number of times on
     each rank, it always ends every rank at one position.
     """
-    dtype = tensor.dtype
-    return _fill(
-        tensor,
-        spec,
-        generator,
-        platform,
-        lambda s, p, i: _philox.trunc_normal(s, p, i, dtype, mean=mean, std=std, a=a, b=b),
-        check=lambda: _philox.check_parameters("trunc_normal", dtype, mean=mean, std=std, a=a, b=b),
-    )
+    draw = _philox.drawer("trunc_normal", tensor.dtype, mean=mean, std=std, a=a, b=b)
+    return _fill(tensor, spec, generator, platform, draw)
 
 
 def dropout(

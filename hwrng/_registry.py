@@ -51,6 +51,8 @@ from hwrng._exceptions import (
     DuplicateBackendError,
     HwrngError,
     HwrngWarning,
+    InvalidArgumentError,
+    InvalidValueError,
 )
 from hwrng._platform import Platform, parse_device
 from hwrng._validation import positive_seconds_from_env
@@ -334,22 +336,27 @@ class Registry:
 
         Raises
         ------
-        ValueError
+        InvalidValueError
             If the name or the object is already registered.
-        pluggy.PluginValidationError
-            If the object's hooks do not match the specifications.
+        InvalidArgumentError
+            If the object's hooks do not match the specifications (pluggy's
+            ``PluginValidationError`` is its ``__cause__``).
         """
         with self._lock:
             self.load()
             chosen = name or self._pm.get_canonical_name(plugin)
             if self._pm.has_plugin(chosen):
-                raise ValueError(f"a hwrng plugin named {chosen!r} is already registered")
+                raise InvalidValueError(f"a hwrng plugin named {chosen!r} is already registered")
             try:
                 self._pm.register(plugin, name=chosen)
                 self._pm.check_pending()
-            except Exception:  # leave nothing half-registered behind
+            except Exception as error:  # leave nothing half-registered behind
                 if self._pm.has_plugin(chosen):
                     self._pm.unregister(name=chosen)
+                if isinstance(error, pluggy.PluginValidationError):
+                    raise InvalidArgumentError(
+                        f"plugin {chosen!r} does not fit hwrng's hook specifications: {error}"
+                    ) from error
                 raise
             self._snapshot = None
             return chosen
@@ -359,18 +366,18 @@ class Registry:
 
         Raises
         ------
-        ValueError
+        InvalidValueError
             If no such plugin is registered.
         """
         with self._lock:
             self.load()
             if isinstance(plugin, str):
                 if not self._pm.has_plugin(plugin):
-                    raise ValueError(f"no hwrng plugin named {plugin!r} is registered")
+                    raise InvalidValueError(f"no hwrng plugin named {plugin!r} is registered")
                 self._pm.unregister(name=plugin)
             else:
                 if self._pm.get_name(plugin) is None:
-                    raise ValueError(f"{plugin!r} is not a registered hwrng plugin")
+                    raise InvalidValueError(f"{plugin!r} is not a registered hwrng plugin")
                 self._pm.unregister(plugin)
             self._snapshot = None
 

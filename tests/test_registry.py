@@ -191,15 +191,15 @@ def test_register_and_unregister() -> None:
     name = registry.register_plugin(plugin)
     try:
         assert registry.get_platform("tmp").name == "tmp"
-        with pytest.raises(ValueError, match="already registered"):
+        with pytest.raises(hwrng.InvalidValueError, match="already registered"):
             registry.register_plugin(Plugin(), name=name)
     finally:
         registry.unregister_plugin(plugin)
     with pytest.raises(hwrng.BackendNotFoundError):
         registry.get_platform("tmp")
-    with pytest.raises(ValueError, match="is not a registered"):
+    with pytest.raises(hwrng.InvalidValueError, match="is not a registered"):
         registry.unregister_plugin(plugin)
-    with pytest.raises(ValueError, match="no hwrng plugin named"):
+    with pytest.raises(hwrng.InvalidValueError, match="no hwrng plugin named"):
         registry.unregister_plugin("nothing")
     registry.register_plugin(plugin, name="again")
     registry.unregister_plugin("again")
@@ -217,9 +217,10 @@ def test_register_rejects_invalid_hooks() -> None:
             return None
 
     registry = Registry(entry_point_group=None)
-    with pytest.raises(pluggy.PluginValidationError):
+    with pytest.raises(hwrng.InvalidArgumentError, match="hook specifications") as caught:
         registry.register_plugin(BadSignature())
-    with pytest.raises(pluggy.PluginValidationError):
+    assert isinstance(caught.value.__cause__, pluggy.PluginValidationError)
+    with pytest.raises(hwrng.InvalidArgumentError, match="'unknown' does not fit"):
         registry.register_plugin(UnknownHook(), name="unknown")
     assert registry.plugin_manager.get_plugins() == set()
 

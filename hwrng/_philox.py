@@ -429,6 +429,14 @@ def flat_index(dim_indices: Sequence[torch.Tensor], global_shape: Sequence[int])
     >>> flat_index([torch.tensor([1, 2]), torch.tensor([0, 3])], (3, 4)).tolist()
     [[4, 7], [8, 11]]
     """
+    shape, vectors = check_dim_indices(dim_indices, global_shape)
+    return _flat_index(vectors, shape)
+
+
+def check_dim_indices(
+    dim_indices: Sequence[torch.Tensor], global_shape: Sequence[int]
+) -> tuple[list[int], list[torch.Tensor]]:
+    """The global shape as ints and the index vectors, once checked to describe a shard of it."""
     shape = [_check_word("global_shape entry", int(n), 2**62) for n in global_shape]
     if len(dim_indices) != len(shape):
         raise InvalidValueError(
@@ -436,13 +444,8 @@ def flat_index(dim_indices: Sequence[torch.Tensor], global_shape: Sequence[int])
         )
     if math.prod(shape) >= 2**62:
         raise InvalidValueError(f"global shape {tuple(shape)} has too many elements")
-    if not shape:
-        return torch.zeros((), dtype=torch.int64)
     vectors = [_check_index(v, f"dim_indices[{k}]") for k, v in enumerate(dim_indices)]
-    total: torch.Tensor | None = None
-    stride = 1
-    for axis in range(len(shape) - 1, -1, -1):
-        vector = vectors[axis]
+    for axis, vector in enumerate(vectors):
         if vector.dim() != 1:
             raise InvalidValueError(
                 f"dim_indices[{axis}] must be 1-D, got shape {tuple(vector.shape)}"
@@ -454,9 +457,19 @@ def flat_index(dim_indices: Sequence[torch.Tensor], global_shape: Sequence[int])
                     f"dim_indices[{axis}] must lie in [0, {shape[axis]}), "
                     f"got [{int(low)}, {int(high)}]"
                 )
+    return shape, vectors
+
+
+def _flat_index(vectors: Sequence[torch.Tensor], shape: Sequence[int]) -> torch.Tensor:
+    """:func:`flat_index` for vectors and a shape already checked by :func:`check_dim_indices`."""
+    if not shape:
+        return torch.zeros((), dtype=torch.int64)
+    total: torch.Tensor | None = None
+    stride = 1
+    for axis in range(len(shape) - 1, -1, -1):
         view = [1] * len(shape)
         view[axis] = -1
-        term = (vector * stride).reshape(view)
+        term = (vectors[axis] * stride).reshape(view)
         total = term if total is None else total + term
         stride *= shape[axis]
     assert total is not None
@@ -856,8 +869,8 @@ def bernoulli_mask(
         index = index.flat()
     seed, position = _check_seed(seed, position)
     index = _check_index(index)
+    probability = _probability(p)
     if isinstance(p, torch.Tensor):
-        _probability(p)
         if not _broadcasts_to(p.shape, index.shape):
             raise InvalidValueError(
                 f"probabilities of shape {tuple(p.shape)} do not broadcast to the index's "
@@ -868,7 +881,6 @@ def bernoulli_mask(
         )
         limits = torch.round(p.to(device=index.device, dtype=torch.float64) * 2.0**32)
         return words < limits.to(torch.int64)
-    probability = _probability(p)
     threshold = round(probability * 2**32)
     return _draw(
         seed, position, index, 4, dtype=torch.bool, table=lambda w: torch.stack(w, 1) < threshold

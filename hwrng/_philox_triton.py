@@ -388,27 +388,13 @@ def _shard(
     """``MAX_DIMS`` index vectors with their global strides, and the shard's shape."""
     from hwrng import _philox
 
-    shape = [_philox._check_word("global_shape entry", int(n), 2**62) for n in global_shape]
-    if len(dim_indices) != len(shape):
-        raise InvalidValueError(
-            f"{len(dim_indices)} index vectors for a {len(shape)}-dimensional global shape"
-        )
-    vectors = [_philox._check_index(v, f"dim_indices[{k}]") for k, v in enumerate(dim_indices)]
-    for k, vector in enumerate(vectors):
-        if vector.dim() != 1:
-            raise InvalidValueError(
-                f"dim_indices[{k}] must be 1-D, got shape {tuple(vector.shape)}"
-            )
-        if vector.numel():
-            low, high = torch.aminmax(vector)
-            if int(low) < 0 or int(high) >= shape[k]:
-                raise InvalidValueError(f"dim_indices[{k}] must lie in [0, {shape[k]})")
+    shape, vectors = _philox.check_dim_indices(dim_indices, global_shape)
     local = tuple(v.numel() for v in vectors)
     strides = [math.prod(shape[k + 1 :]) for k in range(len(shape))]
     vectors = [v.to(device).contiguous() for v in vectors]
     if len(vectors) > MAX_DIMS:
         lead = len(vectors) - (MAX_DIMS - 1)
-        merged = _philox.flat_index(vectors[:lead], shape[:lead]).reshape(-1)
+        merged = _philox._flat_index(vectors[:lead], shape[:lead]).reshape(-1)
         vectors = [merged, *vectors[lead:]]
         strides = [strides[lead - 1], *strides[lead:]]
     while len(vectors) < MAX_DIMS:

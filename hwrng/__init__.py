@@ -13,8 +13,9 @@ Everything public is importable from here; the modules behind it are private
 
 from __future__ import annotations
 
-from hwrng._checkpoint import RNGState, load, load_state_dict, save, state_dict
+from hwrng._checkpoint import load, load_state_dict, save, state_dict
 from hwrng._counters import CounterView, PhiloxCounter
+from hwrng._dcp import RNGState
 from hwrng._exceptions import (
     AmbiguousBackendError,
     BackendError,

@@ -13,26 +13,32 @@ its digest. ``on_mismatch="reseed"`` is the explicit way across a change of
 world size: every stream is re-derived from the saved seed plan for the new
 mesh, with a warning.
 
-What is saved, per rank (format 1)::
+What is saved, per rank (format 2)::
 
     format, written_by {hwrng, backend, device_count, rank, world_size, mesh, sharded_dims}
     python      random.getstate()           numpy  the legacy global generator
     torch_cpu   the host generator's state  host_reading  what makes it read as it does
     devices     every device of the platform (not only the current one)
+    position    [seed, offset] of the current device's default generator: where the
+                DTensor stream stands (``on_mismatch="reseed"`` continues it there)
     pythonhashseed, plan (the seed plan in force), trackers {name: {state: tensor}}
     digest      BLAKE2b of all of the above
 
 The DTensor adapter keeps no state of its own: its position is the device
 generators' offsets (and, on the CPU, ``host_reading``), so it is restored
-with them.
+with them. The digest guards against damage, not against a crafted file:
+every value is also checked as a fresh argument would be.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import random
+import tempfile
+import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,25 +47,26 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from hwrng._claims import claim
+from hwrng._claims import claim, claim_for
+from hwrng._counters import U64
 from hwrng._exceptions import CheckpointError, HwrngError, HwrngWarning
-from hwrng._host import HOST_COUNTER, host_generator
+from hwrng._host import HOST_COUNTER, _decode, host_generator
 from hwrng._mesh import MeshLayout
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
 from hwrng._seeding import current_seeding, record_seeding
 from hwrng._states import RNGStatesTracker, live_trackers
-from hwrng._validation import apply_state, check_state_tensor
+from hwrng._validation import apply_state, check_offset, check_seed, check_state_tensor
 from hwrng._version import __version__
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-__all__ = ["FORMAT", "OnMismatch", "RNGState", "load", "load_state_dict", "save", "state_dict"]
+__all__ = ["FORMAT", "OnMismatch", "load", "load_state_dict", "save", "state_dict"]
 
 #: The format :func:`state_dict` writes; :func:`load_state_dict` reads this one only.
-FORMAT = 1
+FORMAT = 2
 
 OnMismatch = Literal["error", "reseed"]
 
@@ -165,7 +172,10 @@ def state_dict(platform: Platform | str | None = None) -> dict[str, Any]:
     resolved = resolve_platform(platform)
     host = host_generator()
     devices = _device_generators(resolved)
+    _refuse_inside_a_fork(host, *devices)
+    current = resolved.generator()
     with claim(host, *devices):
+        seed, offset = resolved.counter.peek(current)
         document: dict[str, Any] = {
             "format": FORMAT,
             "written_by": _written_by(resolved, seeding),
@@ -174,12 +184,39 @@ def state_dict(platform: Platform | str | None = None) -> dict[str, Any]:
             "torch_cpu": host.get_state(),
             "host_reading": HOST_COUNTER.export(host),
             "devices": [g.get_state() for g in devices],
+            "position": [seed, offset],
             "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
             "plan": None if seeding is None else seeding.to_dict(),
             "trackers": {name: t.get_states() for name, t in live_trackers().items()},
         }
     document["digest"] = _digest(document)
     return document
+
+
+def _refuse_inside_a_fork(*generators: torch.Generator) -> None:
+    """Refuse a snapshot taken while a fork holds a temporary state in a generator.
+
+    Inside ``RNGStatesTracker.fork``, ``fork_rng`` or ``isolate_rng`` (or a
+    tracked region) the default generator holds a state the block will throw
+    away, and the stream it replaced is parked elsewhere: a snapshot would save
+    the wrong stream as the default one and lose the real one.
+    """
+    forked = sorted(
+        f"{name!r}: {sorted(t.forked)}" for name, t in live_trackers().items() if t.forked
+    )
+    me = threading.current_thread().name
+    held = [g for g in generators if (c := claim_for(g)).depth > 0 and c.owner == me]
+    if forked or held:
+        inside = (
+            f"RNGStatesTracker.fork of {', '.join(forked)}"
+            if forked
+            else "fork_rng, isolate_rng, an RNGStatesTracker.fork or a tracked region"
+        )
+        raise CheckpointError(
+            f"hwrng.state_dict() was called inside {inside}: the generators hold a state "
+            "that the block throws away, and the stream it replaced is parked until the "
+            "block ends; take the RNG state outside the block"
+        )
 
 
 @dataclass
@@ -271,14 +308,68 @@ def _checked_numpy(data: Any) -> tuple[Any, ...]:
     return state
 
 
-def _checked_generator_state(state: Any, like: torch.Generator, where: str) -> torch.Tensor:
+def _checked_generator_state(
+    state: Any, like: torch.Generator, where: str, platform: Platform
+) -> torch.Tensor:
     try:
         expected = like.get_state().numel()
         tensor = check_state_tensor(state, expected, where).clone()
-        apply_state(torch.Generator(device=like.device), tensor, where)
+        scratch = torch.Generator(device=like.device)
+        apply_state(scratch, tensor, where)
+        if like is host_generator() or platform.counter is HOST_COUNTER:
+            # hwrng's own positions are encoded in the state; read without the
+            # counter's memo (reading a scratch generator through it would add to it)
+            seed = scratch.initial_seed() & U64
+            offset = _decode(tensor.numpy().tobytes(), seed)
+        else:
+            seed, offset = platform.counter.peek(scratch)
+        check_seed(seed, f"{where}: the seed")
+        if offset is not None:
+            check_offset(offset, f"{where}: the offset")
     except HwrngError as error:
         raise CheckpointError(f"unusable hwrng RNG state: {error}") from None
     return tensor
+
+
+def _checked_host_reading(data: Any) -> dict[str, Any]:
+    try:
+        anchors = [
+            (check_seed(s, "an anchor's seed"), check_offset(o, "an anchor's offset"))
+            for s, o in data["anchors"]
+        ]
+        memo = data["memo"]
+        if memo is not None:
+            memo = check_offset(memo, "the remembered offset")
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"corrupt hwrng RNG state: 'host_reading': {error!r}") from None
+    except HwrngError as error:
+        raise CheckpointError(f"unusable hwrng RNG state: 'host_reading': {error}") from None
+    return {"anchors": anchors, "memo": memo}
+
+
+def _checked_position(data: Any) -> tuple[int, int]:
+    try:
+        seed, offset = data
+        return check_seed(seed, "the position's seed"), check_offset(offset, "the position")
+    except (TypeError, ValueError) as error:
+        if isinstance(error, HwrngError):
+            raise CheckpointError(f"unusable hwrng RNG state: 'position': {error}") from None
+        raise CheckpointError(f"corrupt hwrng RNG state: 'position': {error!r}") from None
+
+
+def _checked_plan(data: Any) -> Seeding | None:
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise CheckpointError("corrupt hwrng RNG state: 'plan' is not a mapping")
+    try:
+        plan = Seeding.from_dict(data)
+        for dim in plan.dims:
+            if dim.coordinate < 0 or dim.weight < 0 or (dim.size is not None and dim.size < 1):
+                raise ValueError(f"dim {dim.name!r} has a negative coordinate or weight")
+    except (KeyError, TypeError, ValueError, HwrngError) as error:
+        raise CheckpointError(f"corrupt hwrng RNG state: 'plan': {error}") from None
+    return plan
 
 
 def _checked_trackers(data: Any) -> dict[str, tuple[RNGStatesTracker, dict[str, torch.Tensor]]]:
@@ -317,30 +408,21 @@ def _check_everything(document: Mapping[str, Any], platform: Platform) -> _Resto
         raise CheckpointError(
             f"the state holds {len(saved_devices)} device state(s); here there are {len(devices)}"
         )
-    reading = _require(document, "host_reading", Mapping)
-    try:
-        anchors = [(int(s), int(o)) for s, o in reading["anchors"]]
-        memo = reading["memo"]
-        host_reading = {"anchors": anchors, "memo": None if memo is None else int(memo)}
-    except (KeyError, TypeError, ValueError) as error:
-        raise CheckpointError(f"corrupt hwrng RNG state: 'host_reading': {error}") from None
-    plan_data = _require(document, "plan", (Mapping, type(None)))
-    try:
-        plan = None if plan_data is None else Seeding.from_dict(plan_data)
-    except (KeyError, TypeError, ValueError, HwrngError) as error:
-        raise CheckpointError(f"corrupt hwrng RNG state: 'plan': {error}") from None
     hash_seed = _require(document, "pythonhashseed", (str, type(None)))
+    if hash_seed is not None and not (hash_seed == "random" or hash_seed.isdecimal()):
+        raise CheckpointError(f"corrupt hwrng RNG state: PYTHONHASHSEED {hash_seed!r}")
+    _checked_position(document.get("position"))
     return _Restore(
         python=_checked_python(_require(document, "python", Mapping)),
         numpy=_checked_numpy(_require(document, "numpy", Mapping)),
-        torch_cpu=_checked_generator_state(document.get("torch_cpu"), host, "torch_cpu"),
-        host_reading=host_reading,
+        torch_cpu=_checked_generator_state(document.get("torch_cpu"), host, "torch_cpu", platform),
+        host_reading=_checked_host_reading(_require(document, "host_reading", Mapping)),
         devices=[
-            _checked_generator_state(state, generator, f"device {index}")
+            _checked_generator_state(state, generator, f"device {index}", platform)
             for index, (state, generator) in enumerate(zip(saved_devices, devices, strict=True))
         ],
         pythonhashseed=hash_seed,
-        plan=plan,
+        plan=_checked_plan(_require(document, "plan", (Mapping, type(None)))),
         trackers=_checked_trackers(document.get("trackers")),
     )
 
@@ -364,38 +446,110 @@ def _apply(restore: _Restore, platform: Platform) -> None:
         record_seeding(restore.plan)
 
 
-def _reseed(
-    document: Mapping[str, Any], platform: Platform, mesh: DeviceMesh | None, why: str
-) -> None:
-    from hwrng._seeding import manual_seed
+@dataclass
+class _Reseed:
+    """A checked re-derivation: the saved plan, and where the DTensor stream continues."""
 
-    plan_data = document.get("plan")
-    if not isinstance(plan_data, Mapping):
-        raise CheckpointError(
-            f"cannot re-derive the streams ({why}): the saved state records no seed plan"
-        )
-    try:
-        saved = Seeding.from_dict(plan_data)
-    except (KeyError, TypeError, ValueError, HwrngError) as error:
-        raise CheckpointError(f"corrupt hwrng RNG state: 'plan': {error}") from None
-    if saved.layout is not None and mesh is None:
+    plan: Seeding
+    position: int
+    why: str
+
+
+def _reseed_verdict(
+    documents: list[Mapping[str, Any]], mesh: DeviceMesh | None, why: str
+) -> _Reseed:
+    """Check that ``documents`` (one per saved rank) allow a re-derivation, and plan it."""
+    plans = []
+    for document in documents:
+        plan = _checked_plan(document.get("plan"))
+        if plan is None:
+            raise CheckpointError(
+                f"cannot re-derive the streams ({why}): the saved state records no seed plan"
+            )
+        plans.append(plan)
+    first = plans[0]
+    for plan in plans[1:]:
+        if (plan.seed, plan.sharded_dims, plan.source) != (
+            first.seed,
+            first.sharded_dims,
+            first.source,
+        ):
+            raise CheckpointError(
+                f"cannot re-derive the streams ({why}): the saved ranks were seeded by "
+                f"different plans ({first.describe()}; {plan.describe()})"
+            )
+    if first.layout is not None and mesh is None:
         raise CheckpointError(
             f"cannot re-derive the streams ({why}): the plan was made on a mesh, so "
-            "pass the new one: load_state_dict(..., on_mismatch='reseed', mesh=new_mesh)"
+            "pass the new one: on_mismatch='reseed', mesh=new_mesh"
         )
-    if saved.layout is None and saved.dims:
+    if first.layout is None and first.dims:
         raise CheckpointError(
-            f"cannot re-derive the streams ({why}): the saved plan ({saved.source}) was not "
+            f"cannot re-derive the streams ({why}): the saved plan ({first.source}) was not "
             "made on a DeviceMesh; seed the new mesh yourself"
         )
-    manual_seed(saved.seed, mesh, sharded_dims=list(saved.sharded_dims), platform=platform)
+    position = 0
+    for document, plan in zip(documents, plans, strict=True):
+        seed, offset = _checked_position(document.get("position"))
+        if seed == plan.rank_seed:  # the default generator was on the plan's stream
+            position = max(position, offset)
+    return _Reseed(first, position, why)
+
+
+def _carry_out_reseed(reseed: _Reseed, platform: Platform, mesh: DeviceMesh | None) -> None:
+    from hwrng._seeding import manual_seed
+
+    plan = reseed.plan
+    manual_seed(plan.seed, mesh, sharded_dims=list(plan.sharded_dims), platform=platform)
+    if reseed.position:
+        generator = platform.generator()
+        with claim(generator):
+            seed, _ = platform.counter.peek(generator)
+            platform.position(generator, seed, reseed.position)
     warnings.warn(
-        f"hwrng: the RNG state was not restored ({why}); every stream was re-derived from the "
-        f"saved seed plan (seed {saved.seed}, sharded {list(saved.sharded_dims)}) for this "
-        "mesh, so draws restart from the plan's seeds. Named states were left as they are.",
+        f"hwrng: the RNG state was not restored ({reseed.why}); every stream was re-derived "
+        f"from the saved seed plan (seed {plan.seed}, sharded {list(plan.sharded_dims)}) for "
+        f"this mesh, and the default generator continues at the saved DTensor position "
+        f"(offset {reseed.position}). Named states were left as they are.",
         HwrngWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
+
+
+def _verdict(
+    document: Mapping[str, Any],
+    on_mismatch: OnMismatch,
+    mesh: DeviceMesh | None,
+    platform: Platform,
+) -> _Restore | _Reseed:
+    """Everything checked: what loading ``document`` here would do, or a CheckpointError."""
+    checked = _check_header(document)
+    written = _require(checked, "written_by", Mapping)
+    current = current_seeding()
+    here = _written_by(platform, current)
+    if mesh is not None:
+        here["mesh"] = MeshLayout.of(mesh).to_dict()
+    elif current is None or current.layout is None:
+        here["mesh"] = written.get("mesh")  # no mesh declared here: the saved plan comes back
+    differences = _differences(written, here)
+    if differences:
+        why = "it was written with " + ", ".join(differences)
+        if on_mismatch == "reseed":
+            return _reseed_verdict([checked], mesh, why)
+        raise CheckpointError(f"refusing to restore this RNG state: {why}")
+    return _check_everything(checked, platform)
+
+
+def _carry_out(verdict: _Restore | _Reseed, platform: Platform, mesh: DeviceMesh | None) -> None:
+    if isinstance(verdict, _Reseed):
+        _carry_out_reseed(verdict, platform, mesh)
+    else:
+        _apply(verdict, platform)
+
+
+def _check_on_mismatch(on_mismatch: object) -> None:
+    if on_mismatch not in ("error", "reseed"):
+        raise CheckpointError(f"on_mismatch must be 'error' or 'reseed', got {on_mismatch!r}")
 
 
 def load_state_dict(
@@ -409,6 +563,8 @@ def load_state_dict(
 
     Every check runs before anything changes: a refused state leaves every
     generator, ``random``, NumPy, every named state and the plan as they were.
+    Every value is checked as a fresh argument would be (seeds, offsets, state
+    sizes), whether or not the digest matches.
 
     Parameters
     ----------
@@ -418,8 +574,9 @@ def load_state_dict(
         ``"error"`` (default): refuse a state written by another backend, rank,
         world size, mesh or device count. ``"reseed"``: in those cases re-derive
         every stream from the saved seed plan for the new ``mesh`` instead (as
-        :func:`hwrng.manual_seed` would), with a :class:`~hwrng.HwrngWarning` --
-        the streams restart rather than resume; named states stay as they are.
+        :func:`hwrng.manual_seed` would), continue the default generator at the
+        saved DTensor position, and warn (:class:`~hwrng.HwrngWarning`); named
+        states stay as they are.
     mesh
         The new mesh, for ``on_mismatch="reseed"``.
     platform
@@ -431,25 +588,9 @@ def load_state_dict(
     CheckpointError
         Naming what differs or what is corrupt, before anything changes.
     """
-    if on_mismatch not in ("error", "reseed"):
-        raise CheckpointError(f"on_mismatch must be 'error' or 'reseed', got {on_mismatch!r}")
-    checked = _check_header(document)
-    written = _require(checked, "written_by", Mapping)
+    _check_on_mismatch(on_mismatch)
     resolved = resolve_platform(platform)
-    current = current_seeding()
-    here = _written_by(resolved, current)
-    if mesh is not None:
-        here["mesh"] = MeshLayout.of(mesh).to_dict()
-    elif current is None or current.layout is None:
-        here["mesh"] = written.get("mesh")  # no mesh declared here: the saved plan comes back
-    differences = _differences(written, here)
-    if differences:
-        why = "it was written with " + ", ".join(differences)
-        if on_mismatch == "reseed":
-            _reseed(checked, resolved, mesh, why)
-            return
-        raise CheckpointError(f"refusing to restore this RNG state: {why}")
-    _apply(_check_everything(checked, resolved), resolved)
+    _carry_out(_verdict(document, on_mismatch, mesh, resolved), resolved, mesh)
 
 
 def _to_bytes(document: Mapping[str, Any]) -> bytes:
@@ -468,9 +609,50 @@ def _from_bytes(blob: bytes, what: str) -> Any:
         ) from None
 
 
+def _file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def save(path: str | os.PathLike[str], platform: Platform | str | None = None) -> None:
-    """``torch.save`` this rank's :func:`state_dict` to ``path`` (one file per rank)."""
-    torch.save(state_dict(platform), path)
+    """``torch.save`` this rank's :func:`state_dict` to ``path`` (one file per rank), atomically.
+
+    The state is written to a temporary file in ``path``'s directory and renamed
+    over ``path`` only once complete: a failed save leaves the previous file as
+    it was (and no temporary file).
+
+    Raises
+    ------
+    CheckpointError
+        If the file cannot be written (a missing directory, a full disk, a file
+        size limit, a path that is a directory), naming the path; the cause is
+        chained.
+    """
+    target = os.fspath(path)
+    blob = _to_bytes(state_dict(platform))
+    directory = os.path.dirname(os.path.abspath(target))
+    temporary: str | None = None
+    try:
+        descriptor, temporary = tempfile.mkstemp(
+            prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory
+        )
+        with os.fdopen(descriptor, "wb") as file:
+            os.fchmod(file.fileno(), _file_mode())
+            file.write(blob)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, target)
+        temporary = None
+    except (OSError, RuntimeError) as error:
+        raise CheckpointError(
+            f"cannot save the RNG state to {target!r} (the previous file, if any, is "
+            f"unchanged): {type(error).__name__}: {error}"
+        ) from error
+    finally:
+        if temporary is not None:
+            with contextlib.suppress(OSError):  # best effort: the save already failed
+                os.unlink(temporary)
 
 
 def load(
@@ -498,101 +680,3 @@ def load(
         mesh=mesh,
         platform=platform,
     )
-
-
-_RANK_KEY = "rank_{}"
-_JOB_KEY = "job"
-_NOT_LOADED = b""
-
-
-class RNGState:
-    """Every rank's RNG state in a ``torch.distributed.checkpoint`` (DCP) checkpoint.
-
-    Implements DCP's ``Stateful`` protocol: put one in the state dict you save
-    and load, next to the model and optimizer::
-
-        state = {"model": model_state, "optim": optim_state, "rng": hwrng.RNGState()}
-        dcp.save(state, checkpoint_id=path)
-        ...
-        dcp.load(state, checkpoint_id=path)  # each rank gets its own streams back
-
-    Each rank's :func:`state_dict` is stored under a key of its own
-    (``rank_<r>``), as one opaque value, so DCP's deduplication of keys that
-    several ranks save can never hand one rank another's streams, and a
-    checkpoint written with other trackers or devices reaches hwrng's own
-    checks instead of failing inside DCP. A ``job`` entry, the same on every
-    rank, records the seed plan for ``on_mismatch="reseed"``.
-
-    Parameters
-    ----------
-    on_mismatch, mesh, platform
-        As for :func:`load_state_dict`. To resume on a larger world size, also
-        load with ``DefaultLoadPlanner(allow_partial_load=True)``: new ranks
-        find no entry of their own and are re-seeded from ``job``.
-    """
-
-    def __init__(
-        self,
-        *,
-        on_mismatch: OnMismatch = "error",
-        mesh: DeviceMesh | None = None,
-        platform: Platform | str | None = None,
-    ) -> None:
-        if on_mismatch not in ("error", "reseed"):
-            raise CheckpointError(f"on_mismatch must be 'error' or 'reseed', got {on_mismatch!r}")
-        self.on_mismatch: OnMismatch = on_mismatch
-        self.mesh = mesh
-        self.platform = platform
-
-    def state_dict(self) -> dict[str, Any]:
-        """The entry of this rank and the shared ``job`` entry (DCP calls it to save and load)."""
-        rank, world_size = _where()
-        document = state_dict(self.platform)
-        plan = document["plan"]
-        job = {
-            "world_size": world_size,
-            "seed": None if plan is None else plan["seed"],
-            "sharded_dims": document["written_by"]["sharded_dims"],
-            "mesh": document["written_by"]["mesh"],
-            "source": None if plan is None else plan["source"],
-        }
-        return {_RANK_KEY.format(rank): _to_bytes(document), _JOB_KEY: job}
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore this rank's entry; see the class notes for what is refused or re-seeded."""
-        rank, _ = _where()
-        key = _RANK_KEY.format(rank)
-        blob = state_dict.get(key, _NOT_LOADED)
-        if blob == _NOT_LOADED or not isinstance(blob, bytes):
-            job = state_dict.get(_JOB_KEY)
-            saved_world = job.get("world_size") if isinstance(job, Mapping) else None
-            why = (
-                f"the checkpoint has no RNG state for rank {rank} (written by {saved_world} ranks)"
-            )
-            if self.on_mismatch != "reseed":
-                raise CheckpointError(why)
-            _reseed_from_job(job, self.platform, self.mesh, why)
-            return
-        load_state_dict(
-            _from_bytes(blob, f"the RNG state of rank {rank}"),
-            on_mismatch=self.on_mismatch,
-            mesh=self.mesh,
-            platform=self.platform,
-        )
-
-
-def _reseed_from_job(job: Any, platform: Platform | str | None, mesh: Any, why: str) -> None:
-    if not isinstance(job, Mapping) or job.get("seed") is None:
-        raise CheckpointError(f"cannot re-derive the streams ({why}): no seed plan was saved")
-    layout = job.get("mesh")
-    plan = {
-        "seed": job["seed"],
-        "dims": [
-            {"name": d, "coordinate": 0, "weight": 1, "size": None, "members": None}
-            for d in job.get("sharded_dims") or []
-        ],
-        "platform": "",
-        "source": job.get("source") or "manual_seed",
-        "layout": layout,
-    }
-    _reseed({"plan": plan}, resolve_platform(platform), mesh, why)

@@ -65,7 +65,7 @@ def test_round_trip_through_torch_save_is_exact(tracker: hwrng.RNGStatesTracker)
 
 def test_the_document_says_what_wrote_it(tracker: hwrng.RNGStatesTracker) -> None:
     document = _seeded(tracker)
-    assert document["format"] == 1
+    assert document["format"] == 2
     assert document["written_by"]["backend"] == "cpu"
     assert document["written_by"]["rank"] == 0 and document["written_by"]["world_size"] == 1
     assert document["trackers"]["checkpoint-test"].keys() == {"model-parallel-rng"}
@@ -91,7 +91,7 @@ REFUSALS = {
     "another rank": (lambda d: _tamper(d, rank=1), "rank 1 \\(here 0\\)"),
     "another world size": (lambda d: _tamper(d, world_size=8), "world size 8 \\(here 1\\)"),
     "another device count": (lambda d: _tamper(d, device_count=2), "device count 2"),
-    "an unknown format": (lambda d: {**d, "format": 2}, "format 2 is not one"),
+    "an unknown format": (lambda d: {**d, "format": 3}, "format 3 is not one"),
     "a changed value": (_flip_a_byte, "does not match its digest"),
     "a missing field": (lambda d: {k: v for k, v in d.items() if k != "numpy"}, "digest|'numpy'"),
     "not a mapping": (lambda d: [d], "is a mapping"),
@@ -163,8 +163,13 @@ def test_reseed_is_explicit_and_warned(tracker: hwrng.RNGStatesTracker) -> None:
     with pytest.raises(hwrng.CheckpointError, match="world size 8"):
         hwrng.load_state_dict(grown)
     assert _everything(tracker) == before
+    saved_seed, saved_offset = document["position"]
+    assert (saved_seed, saved_offset) == (11, 4)  # torch.rand(7) after the seeding
     hwrng.manual_seed(11, platform="cpu")
-    from_the_plan = _everything(tracker)[0]  # what the plan gives, from the start
+    # what the plan gives: random and NumPy from the start, torch CPU (the default
+    # generator, which DTensor ops draw from) at the saved position
+    hwrng.get_platform("cpu").set_seed_offset(torch.default_generator, 11, saved_offset)
+    from_the_plan = _everything(tracker)[0]
     torch.rand(3), random.random(), np.random.rand()
     with pytest.warns(hwrng.HwrngWarning, match="re-derived from the saved seed plan"):
         hwrng.load_state_dict(grown, on_mismatch="reseed")
@@ -173,17 +178,33 @@ def test_reseed_is_explicit_and_warned(tracker: hwrng.RNGStatesTracker) -> None:
         hwrng.load_state_dict(document, on_mismatch="ignore")  # type: ignore[arg-type]
 
 
-def test_rng_state_is_a_stateful_with_per_rank_keys(tracker: hwrng.RNGStatesTracker) -> None:
+def test_rng_state_is_one_key_whatever_the_process_did(tracker: hwrng.RNGStatesTracker) -> None:
     _seeded(tracker)
     state = hwrng.RNGState()
     saved = state.state_dict()
-    assert set(saved) == {"rank_0", "job"}
-    assert saved["job"]["seed"] == 11 and saved["job"]["world_size"] == 1
+    assert set(saved) == {"ranks"} and isinstance(saved["ranks"], bytes)
+    entry = torch.load(io.BytesIO(saved["ranks"]), weights_only=True)
+    assert entry["world_size"] == 1 and len(entry["ranks"]) == 1
     expected = _everything(tracker)
     torch.rand(4)
-    state.load_state_dict(saved)
+    fresh = hwrng.RNGState()
+    template = fresh.state_dict()  # what DCP loads into
+    assert set(template) == {"ranks"} and isinstance(template["ranks"], bytes)
+    fresh.load_state_dict(saved)
     assert _everything(tracker) == expected
-    with pytest.raises(hwrng.CheckpointError, match="no RNG state for rank 0"):
-        state.load_state_dict({"rank_3": saved["rank_0"], "job": saved["job"]})
+
+
+def test_an_entry_dcp_did_not_fill_is_refused(tracker: hwrng.RNGStatesTracker) -> None:
+    _seeded(tracker)
+    state = hwrng.RNGState(on_mismatch="reseed")
+    template = state.state_dict()
+    torch.rand(4)
+    before = _everything(tracker)
+    for unfilled in (template, {}, {"ranks": None}):
+        with pytest.raises(hwrng.CheckpointError, match="DCP did not fill"):
+            state.load_state_dict(unfilled)
     with pytest.raises(hwrng.CheckpointError, match="truncated or corrupt"):
-        state.load_state_dict({"rank_0": saved["rank_0"][:100], "job": saved["job"]})
+        state.load_state_dict({"ranks": template["ranks"][:100]})
+    with pytest.raises(hwrng.CheckpointError, match="not the bytes"):
+        state.load_state_dict({"ranks": {"rank_0": template["ranks"]}})
+    assert _everything(tracker) == before

@@ -208,3 +208,138 @@ def test_an_entry_dcp_did_not_fill_is_refused(tracker: hwrng.RNGStatesTracker) -
     with pytest.raises(hwrng.CheckpointError, match="not the bytes"):
         state.load_state_dict({"ranks": {"rank_0": template["ranks"]}})
     assert _everything(tracker) == before
+
+
+def _crafted(document: dict[str, Any], change: Any) -> dict[str, Any]:
+    """``document`` with one value changed and the digest recomputed: digest-valid, impossible."""
+    crafted = copy.deepcopy(document)
+    change(crafted)
+    crafted["digest"] = _digest(crafted)
+    return crafted
+
+
+def _set(*path: Any) -> Any:
+    *keys, last, value = path
+
+    def change(document: dict[str, Any]) -> None:
+        target = document
+        for key in keys:
+            target = target[key]
+        target[last] = value
+
+    return change
+
+
+CRAFTED = {
+    "remembered offset 6": (_set("host_reading", "memo", 6), "multiple of 4, got 6"),
+    "remembered offset -4": (_set("host_reading", "memo", -4), "must be >= 0, got -4"),
+    "remembered offset 2**64": (_set("host_reading", "memo", 2**64), "must be < 2\\*\\*63"),
+    "anchor offset 6": (_set("host_reading", "anchors", [[11, 6]]), "multiple of 4, got 6"),
+    "anchor seed 2**65": (_set("host_reading", "anchors", [[2**65, 0]]), "< 2\\*\\*64"),
+    "plan seed 2**65": (_set("plan", "seed", 2**65), "< 2\\*\\*64"),
+    "position 6": (_set("position", [11, 6]), "multiple of 4, got 6"),
+    "position seed 2**65": (_set("position", [2**65, 0]), "< 2\\*\\*64"),
+    "a short state": (_set("torch_cpu", torch.zeros(16, dtype=torch.uint8)), "torch_cpu"),
+    "a state of another dtype": (
+        lambda d: d.update(torch_cpu=d["torch_cpu"].to(torch.int32)),
+        "torch_cpu",
+    ),
+    "python words cut short": (
+        lambda d: d["python"].update(words=d["python"]["words"][:10]),
+        "'python' is unusable",
+    ),
+    "a negative plan coordinate": (
+        lambda d: d["plan"]["dims"].append(
+            {"name": "tp", "coordinate": -1, "weight": 1, "size": 2, "members": None}
+        ),
+        "negative coordinate",
+    ),
+    "PYTHONHASHSEED 'x'": (_set("pythonhashseed", "x"), "PYTHONHASHSEED"),
+}
+
+
+@pytest.mark.parametrize("case", list(CRAFTED))
+def test_digest_valid_documents_with_impossible_values_are_refused(
+    tracker: hwrng.RNGStatesTracker, case: str
+) -> None:
+    document = _seeded(tracker)
+    torch.rand(2)
+    before = _everything(tracker)
+    change, message = CRAFTED[case]
+    with pytest.raises(hwrng.CheckpointError, match=message):
+        hwrng.load_state_dict(_crafted(document, change))
+    assert _everything(tracker) == before
+
+
+@pytest.mark.parametrize("block", ["tracker.fork", "fork_rng", "isolate_rng"])
+def test_no_snapshot_inside_a_fork(tracker: hwrng.RNGStatesTracker, block: str) -> None:
+    _seeded(tracker)
+    forks = {
+        "tracker.fork": lambda: tracker.fork(),
+        "fork_rng": lambda: hwrng.fork_rng(platform="cpu"),
+        "isolate_rng": lambda: hwrng.isolate_rng(platform="cpu"),
+    }
+    with forks[block](), pytest.raises(hwrng.CheckpointError, match="outside the block"):
+        hwrng.state_dict()
+    with forks[block](), pytest.raises(hwrng.CheckpointError, match="outside the block"):
+        hwrng.RNGState().state_dict()
+    hwrng.state_dict()  # after the block: fine
+
+
+def test_a_failed_save_raises_and_keeps_the_previous_file(
+    tracker: hwrng.RNGStatesTracker, tmp_path: Path
+) -> None:
+    _seeded(tracker)
+    with pytest.raises(hwrng.CheckpointError, match="missing") as missing:
+        hwrng.save(tmp_path / "missing" / "rng.pt")
+    assert isinstance(missing.value.__cause__, OSError)
+    (tmp_path / "a-directory").mkdir()
+    with pytest.raises(hwrng.CheckpointError, match="a-directory") as directory:
+        hwrng.save(tmp_path / "a-directory")
+    assert isinstance(directory.value.__cause__, OSError)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-directory"]  # no temporary left
+    del missing, directory  # their tracebacks hold this frame, and so the tracker
+
+
+_LIMITED_SAVE = """
+import resource, signal, sys
+import hwrng
+hwrng.manual_seed(11, platform="cpu")
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    hwrng.save(sys.argv[1])
+except hwrng.CheckpointError as error:
+    print("refused:", error, "| cause:", type(error.__cause__).__name__)
+else:
+    print("saved")
+"""
+
+
+def test_a_save_cut_short_by_a_file_size_limit_keeps_the_previous_file(
+    tracker: hwrng.RNGStatesTracker, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    _seeded(tracker)
+    path = tmp_path / "rng-rank0.pt"
+    hwrng.save(path)
+    good = path.read_bytes()
+    assert len(good) > 4096
+    expected = _everything(tracker)
+    result = subprocess.run(
+        [sys.executable, "-c", _LIMITED_SAVE, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("refused: cannot save the RNG state to"), result.stdout
+    assert str(path) in result.stdout and "cause: OSError" in result.stdout
+    assert path.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    torch.rand(3)
+    hwrng.load(path)
+    assert _everything(tracker) == expected

@@ -172,7 +172,7 @@ class RNGState:
         rank, world_size = _where()
         platform = resolve_platform(self.platform)
         code, verdict, message, fallback = self._local_verdict(state_dict, rank, world_size)
-        votes = _all_gather((code, message, fallback is None), world_size)
+        votes = _all_gather((code, message, fallback is not None), world_size)
         refusals = [(r, m) for r, (c, m, _) in enumerate(votes) if c == _REFUSE]
         if refusals:
             if code == _REFUSE:
@@ -233,6 +233,8 @@ class RNGState:
             )
         except CheckpointError as error:
             return _REFUSE, None, str(error), fallback
+        except Exception as error:
+            return _REFUSE, None, f"{type(error).__name__}: {error}", fallback
         if isinstance(verdict, _Reseed):
             return _RESEED, verdict, verdict.why, fallback
         return _RESTORE, verdict, "", fallback

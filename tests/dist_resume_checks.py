@@ -147,3 +147,193 @@ def load_another_ranks_file(directory: str) -> str:
         unchanged = before["digest"] == after["digest"]
         return f"{'unchanged' if unchanged else 'CHANGED'}: {error}"
     return "loaded"
+
+
+# -- the DCP entry against every documented option, world sizes, elastic resume ------------
+
+
+def _fingerprint() -> tuple[Any, ...]:
+    """Every stream's next draws and the plan, read without moving anything."""
+    with hwrng.isolate_rng(platform="cpu"):
+        draws = (torch.rand(4).tolist(), random.random(), float(np.random.rand()))
+    plan = hwrng.current_seeding()
+    return (
+        draws,
+        os.environ.get("PYTHONHASHSEED"),
+        None if plan is None else plan.to_dict(),
+        hwrng.get_platform("cpu").counter.peek(torch.default_generator),
+    )
+
+
+def _mesh(name_sizes: tuple[int, int] | None = None) -> Any:
+    world = dist.get_world_size()
+    return init_device_mesh("cpu", name_sizes or (world // 2, 2), mesh_dim_names=("dp", "tp"))
+
+
+def _move_everything() -> None:
+    torch.rand(5), random.random(), np.random.rand()
+
+
+def _outcome(load: Any, expected: tuple[Any, ...]) -> str:
+    """Run ``load``: 'restored', or 'refused unchanged: <message>' (or what went wrong)."""
+    before = _fingerprint()
+    try:
+        load()
+    except hwrng.CheckpointError as error:
+        unchanged = "unchanged" if _fingerprint() == before else "CHANGED"
+        return f"refused {unchanged}: {error}"
+    return "restored" if _fingerprint() == expected else "WRONG STREAMS"
+
+
+def resume_after_other_seeding(directory: str, how: str) -> tuple[str, Any]:
+    """Save after seeding on a mesh; seed otherwise (or not at all); load through DCP."""
+    import torch.distributed.checkpoint as dcp
+
+    from hwrng._seeding import record_seeding
+
+    path = os.path.join(directory, f"other-seeding-{how}")
+    mesh = _mesh()
+    hwrng.manual_seed(5, mesh, sharded_dims=["tp"], platform="cpu")
+    _move_everything()
+    dcp.save({"rng": hwrng.RNGState()}, checkpoint_id=path)
+    expected = _fingerprint()
+    if how == "manual_seed":
+        hwrng.manual_seed(12345, platform="cpu")
+    elif how == "torch.manual_seed":
+        torch.manual_seed(1)
+        record_seeding(None)
+    else:  # no seeding at all: no plan in force, the streams as they happen to be
+        record_seeding(None)
+    _move_everything()
+    outcome = _outcome(lambda: dcp.load({"rng": hwrng.RNGState()}, checkpoint_id=path), expected)
+    return outcome, expected[0]
+
+
+def planner_option(directory: str, option: str) -> str:
+    """Save and load with one documented DCP option; the outcome on this rank."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import DefaultLoadPlanner, DefaultSavePlanner
+
+    path = os.path.join(directory, f"option-{option}")
+    hwrng.manual_seed(17, _mesh(), sharded_dims=["tp"], platform="cpu")
+    _move_everything()
+    model = {"weight": torch.arange(4.0)}
+    state: dict[str, Any] = {"model": model, "rng": hwrng.RNGState()}
+    if option == "dedup_save_to_lowest_rank":
+        dcp.save(
+            state, checkpoint_id=path, planner=DefaultSavePlanner(dedup_save_to_lowest_rank=True)
+        )
+    elif option == "flatten_state_dict=False":
+        dcp.save(state, checkpoint_id=path, planner=DefaultSavePlanner(flatten_state_dict=False))
+    elif option == "async_save":
+        dcp.async_save(state, checkpoint_id=path).result()
+    elif option == "no entry, allow_partial_load":
+        dcp.save({"model": model}, checkpoint_id=path)
+    else:
+        dcp.save(state, checkpoint_id=path)
+    expected = _fingerprint()
+    _move_everything()
+    planner = DefaultLoadPlanner(
+        flatten_state_dict=option != "flatten_state_dict=False",
+        allow_partial_load="allow_partial_load" in option,
+    )
+    loaded: dict[str, Any] = {"model": {"weight": torch.zeros(4)}, "rng": hwrng.RNGState()}
+    return _outcome(lambda: dcp.load(loaded, checkpoint_id=path, planner=planner), expected)
+
+
+def one_rank_refuses(directory: str) -> str:
+    """Rank 2 holds a named state the checkpoint lacks: every rank refuses, nothing changes."""
+    import torch.distributed.checkpoint as dcp
+
+    path = os.path.join(directory, "one-refuses")
+    hwrng.manual_seed(23, _mesh(), sharded_dims=["tp"], platform="cpu")
+    dcp.save({"rng": hwrng.RNGState()}, checkpoint_id=path)
+    expected = _fingerprint()
+    _move_everything()
+    tracker = hwrng.RNGStatesTracker("cpu", name="only-on-rank-2")
+    if dist.get_rank() == 2:
+        tracker.add("extra", 99)
+    return _outcome(lambda: dcp.load({"rng": hwrng.RNGState()}, checkpoint_id=path), expected)
+
+
+def save_on_this_world(directory: str, name: str) -> tuple[int, int]:
+    """Seed (9, tp sharded), draw, save through DCP: this rank's default generator position."""
+    import torch.distributed.checkpoint as dcp
+
+    hwrng.manual_seed(9, _mesh(), sharded_dims=["tp"], platform="cpu")
+    _move_everything()
+    dcp.save({"rng": hwrng.RNGState()}, checkpoint_id=os.path.join(directory, name))
+    return hwrng.get_platform("cpu").counter.peek(torch.default_generator)
+
+
+def load_on_another_world(directory: str, name: str, on_mismatch: str, position: int) -> Any:
+    """Load a checkpoint of another world size; with reseed, compare with the plan's oracle."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    mesh = _mesh()
+    hwrng.manual_seed(4321, mesh, sharded_dims=["tp"], platform="cpu")
+    _move_everything()
+    state = {"rng": hwrng.RNGState(on_mismatch=on_mismatch, mesh=mesh)}  # type: ignore[arg-type]
+    path = os.path.join(directory, name)
+    if on_mismatch == "error":
+        return _outcome(lambda: dcp.load(state, checkpoint_id=path), ())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dcp.load(state, checkpoint_id=path)
+    got = _fingerprint()
+    # the oracle: the saved plan on this mesh, the default generator at the saved position
+    seed = hwrng.manual_seed(9, mesh, sharded_dims=["tp"], platform="cpu")
+    hwrng.get_platform("cpu").set_seed_offset(torch.default_generator, seed, position)
+    warned = [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]
+    return got == _fingerprint(), got[0], warned
+
+
+def _invariant_ops(mesh: Any) -> list[list[Any]]:
+    """Two kinds of DTensor random op (uniform, normal) and dropout, sharded on different dims."""
+    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor import rand as dtensor_rand
+
+    uniform = dtensor_rand((8, 6), device_mesh=mesh, placements=[Shard(0), Shard(1)])
+    normal = distribute_tensor(torch.zeros(6, 10), mesh, [Replicate(), Shard(1)]).normal_()
+    dropped = torch.nn.functional.dropout(
+        distribute_tensor(torch.ones(10, 4), mesh, [Shard(0), Replicate()]), p=0.5
+    )
+    return [t.full_tensor().tolist() for t in (uniform, normal, dropped)]
+
+
+def elastic_reference(directory: str, name: str) -> tuple[list[Any], list[Any]]:
+    """The uninterrupted run: ops, a local draw, save, then the ops again (before, after)."""
+    import torch.distributed.checkpoint as dcp
+
+    mesh = _mesh()
+    hwrng.manual_seed(7, mesh, sharded_dims=["tp"], platform="cpu")
+    hwrng.dtensor.install("cpu", invariant=True)
+    try:
+        before = _invariant_ops(mesh)
+        torch.rand(3)  # a local op moves the default generator too
+        dcp.save({"rng": hwrng.RNGState()}, checkpoint_id=os.path.join(directory, name))
+        return before, _invariant_ops(mesh)
+    finally:
+        hwrng.dtensor.uninstall()
+
+
+def elastic_resume(directory: str, name: str) -> tuple[list[Any], list[str]]:
+    """Fresh start at another world size, seeded otherwise; load with reseed; the ops."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    mesh = _mesh()
+    hwrng.manual_seed(99, mesh, sharded_dims=["tp"], platform="cpu")
+    hwrng.dtensor.install("cpu", invariant=True)
+    try:
+        state = {"rng": hwrng.RNGState(on_mismatch="reseed", mesh=mesh)}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dcp.load(state, checkpoint_id=os.path.join(directory, name))
+        warned = [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]
+        return _invariant_ops(mesh), warned
+    finally:
+        hwrng.dtensor.uninstall()

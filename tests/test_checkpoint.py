@@ -275,7 +275,7 @@ def test_digest_valid_documents_with_impossible_values_are_refused(
 def test_no_snapshot_inside_a_fork(tracker: hwrng.RNGStatesTracker, block: str) -> None:
     _seeded(tracker)
     forks = {
-        "tracker.fork": lambda: tracker.fork(),
+        "tracker.fork": tracker.fork,
         "fork_rng": lambda: hwrng.fork_rng(platform="cpu"),
         "isolate_rng": lambda: hwrng.isolate_rng(platform="cpu"),
     }

@@ -53,3 +53,92 @@ def test_a_checkpoint_of_rank_1_is_refused_on_rank_2(
     message = fresh.run(checks.load_another_ranks_file, str(directory))[2]
     assert message.startswith("unchanged: refusing to restore this RNG state")
     assert "rank 1 (here 2)" in message
+
+
+# -- the DCP entry: any loading process, every planner option, one verdict, other worlds --------
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[DistributedPool]:
+    with DistributedPool(2, timeout=180) as started:
+        yield started
+
+
+@pytest.mark.parametrize("how", ["manual_seed", "torch.manual_seed", "nothing"])
+def test_dcp_resume_whatever_the_loading_process_did(
+    fresh: DistributedPool, tmp_path_factory: pytest.TempPathFactory, how: str
+) -> None:
+    directory = tmp_path_factory.mktemp("other-seeding")
+    results = fresh.run(checks.resume_after_other_seeding, str(directory), how)
+    assert [outcome for outcome, _ in results] == ["restored"] * 4
+    draws = [tuple(map(str, d)) for _, d in results]  # mesh (dp=2, tp=2), tp sharded
+    assert draws[0] == draws[2] and draws[1] == draws[3] and draws[0] != draws[1]
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("default", "restored"),
+        ("dedup_save_to_lowest_rank", "restored"),
+        ("allow_partial_load", "restored"),
+        ("async_save", "restored"),
+        ("flatten_state_dict=False", "refused unchanged: DCP did not fill"),
+        ("no entry, allow_partial_load", "refused unchanged: DCP did not fill"),
+    ],
+)
+def test_every_planner_option_works_exactly_or_is_refused_on_every_rank(
+    fresh: DistributedPool, tmp_path_factory: pytest.TempPathFactory, option: str, expected: str
+) -> None:
+    directory = tmp_path_factory.mktemp("options")
+    outcomes = fresh.run(checks.planner_option, str(directory), option)
+    assert all(outcome.startswith(expected) for outcome in outcomes), outcomes
+
+
+def test_when_one_rank_refuses_no_rank_restores(
+    fresh: DistributedPool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outcomes = fresh.run(checks.one_rank_refuses, str(tmp_path_factory.mktemp("one")))
+    assert outcomes[2].startswith("refused unchanged: live tracker(s) ['only-on-rank-2']")
+    for rank in (0, 1, 3):
+        assert outcomes[rank].startswith("refused unchanged: rank 2 refused"), outcomes[rank]
+
+
+@pytest.mark.parametrize("direction", ["4 -> 2", "2 -> 4"])
+def test_another_world_size_is_refused_everywhere_or_reseeded_everywhere(
+    fresh: DistributedPool,
+    pair: DistributedPool,
+    tmp_path_factory: pytest.TempPathFactory,
+    direction: str,
+) -> None:
+    directory = str(tmp_path_factory.mktemp("worlds"))
+    saver, loader = (fresh, pair) if direction == "4 -> 2" else (pair, fresh)
+    positions = saver.run(checks.save_on_this_world, directory, "world")
+    assert len({offset for _, offset in positions}) == 1  # seeds differ along tp
+    (_, position), saved_world = positions[0], len(positions)
+    refused = loader.run(checks.load_on_another_world, directory, "world", "error", 0)
+    message = f"written by {saved_world} rank(s) (here {len(refused)})"
+    assert all(r.startswith("refused unchanged") and message in r for r in refused), refused
+    reseeded = loader.run(checks.load_on_another_world, directory, "world", "reseed", position)
+    assert [ok for ok, _, _ in reseeded] == [True] * len(reseeded)
+    assert all(len(warned) == 1 and message in warned[0] for _, _, warned in reseeded)
+    draws = [tuple(map(str, d)) for _, d, _ in reseeded]  # tp sharded, dp replicated
+    assert draws[0] != draws[1] and draws[-2:] == draws[:2]
+
+
+@pytest.mark.parametrize("direction", ["4 -> 2", "2 -> 4"])
+def test_elastic_invariant_resume_continues_the_dtensor_stream_bit_for_bit(
+    fresh: DistributedPool,
+    pair: DistributedPool,
+    tmp_path_factory: pytest.TempPathFactory,
+    direction: str,
+) -> None:
+    directory = str(tmp_path_factory.mktemp("elastic"))
+    saver, loader = (fresh, pair) if direction == "4 -> 2" else (pair, fresh)
+    references = saver.run(checks.elastic_reference, directory, "elastic")
+    before, after = references[0]
+    assert all(r == (before, after) for r in references)  # full tensors: the same everywhere
+    assert before != after  # the saved position matters
+    resumed = loader.run(checks.elastic_resume, directory, "elastic")
+    for ops, warned in resumed:
+        assert ops == after  # bit for bit: tolist() of float32 is exact
+        assert len(warned) == 1 and "saved DTensor position" in warned[0]

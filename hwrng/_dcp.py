@@ -58,7 +58,7 @@ _KEY = "ranks"
 _RESTORE, _RESEED, _REFUSE = 0, 1, 2
 
 
-def _pack(world_size: int, entries: list[tuple[str, bytes]]) -> bytes:
+def _pack(world_size: int, entries: list[tuple[str, Any]]) -> bytes:
     buffer = io.BytesIO()
     torch.save(
         {
@@ -162,17 +162,28 @@ class RNGState:
     def state_dict(self) -> dict[str, Any]:
         """Every rank's state under one key (DCP calls this to save, and to load into)."""
         _, world_size = _where()
-        own = (os.urandom(16).hex(), _to_bytes(state_dict(self.platform)))
-        value = _pack(world_size, _all_gather(own, world_size))
+        try:
+            own: tuple[str, bytes | str] = (
+                os.urandom(16).hex(),
+                _to_bytes(state_dict(self.platform)),
+            )
+        except CheckpointError as error:  # tell the others, or they wait in the gather
+            own = ("", str(error))
+        gathered = _all_gather(own, world_size)
+        failed = [(r, why) for r, (_, why) in enumerate(gathered) if isinstance(why, str)]
+        if failed:
+            rank, why = failed[0]
+            raise CheckpointError(f"rank {rank} cannot take its RNG state: {why}")
+        value = _pack(world_size, gathered)
         self._template = value
         return {_KEY: value}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore, re-derive or refuse on every rank alike (see the class notes)."""
         rank, world_size = _where()
-        platform = resolve_platform(self.platform)
         code, verdict, message, fallback = self._local_verdict(state_dict, rank, world_size)
         votes = _all_gather((code, message, fallback is not None), world_size)
+        platform = resolve_platform(self.platform)
         refusals = [(r, m) for r, (c, m, _) in enumerate(votes) if c == _REFUSE]
         if refusals:
             if code == _REFUSE:

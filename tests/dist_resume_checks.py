@@ -337,3 +337,19 @@ def elastic_resume(directory: str, name: str) -> tuple[list[Any], list[str]]:
         return _invariant_ops(mesh), warned
     finally:
         hwrng.dtensor.uninstall()
+
+
+def save_with_one_rank_in_a_fork(directory: str) -> str:
+    """Rank 1 saves from inside fork_rng: every rank refuses (none waits for it for ever)."""
+    import contextlib
+
+    import torch.distributed.checkpoint as dcp
+
+    hwrng.manual_seed(31, _mesh(), sharded_dims=["tp"], platform="cpu")
+    block = hwrng.fork_rng(platform="cpu") if dist.get_rank() == 1 else contextlib.nullcontext()
+    with block:
+        try:
+            dcp.save({"rng": hwrng.RNGState()}, checkpoint_id=os.path.join(directory, "fork"))
+        except hwrng.CheckpointError as error:
+            return str(error)
+    return "saved"

@@ -142,3 +142,11 @@ def test_elastic_invariant_resume_continues_the_dtensor_stream_bit_for_bit(
     for ops, warned in resumed:
         assert ops == after  # bit for bit: tolist() of float32 is exact
         assert len(warned) == 1 and "saved DTensor position" in warned[0]
+
+
+def test_a_save_inside_a_fork_on_one_rank_is_refused_on_every_rank(
+    fresh: DistributedPool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    messages = fresh.run(checks.save_with_one_rank_in_a_fork, str(tmp_path_factory.mktemp("f")))
+    assert all(m.startswith("rank 1 cannot take its RNG state") for m in messages), messages
+    assert all("inside fork_rng" in m for m in messages)

@@ -12,9 +12,11 @@ on every rank; DCP's deduplication of equal keys (with or without
 one key whatever the world size, seeding or mesh of the loading job.
 
 The value a load hands back is compared with the one this object built as
-the template: equal means DCP did not fill it (a load planner with
+the template: DCP replaces a value it fills with a new object, so the
+template itself coming back means DCP did not fill it (a load planner with
 ``flatten_state_dict=False``, or ``allow_partial_load`` over a checkpoint
-without the entry), which is refused, never "restored". Then every rank
+without the entry), which is refused, never "restored". (Each entry also
+carries random tags, so no saved value can equal a template.) Then every rank
 agrees, with one small ``all_gather_object``, on one verdict -- all restore,
 all re-derive, or all refuse -- before any rank changes anything.
 """
@@ -140,6 +142,10 @@ class RNGState:
     planner with ``flatten_state_dict=False`` does not hand a ``Stateful``
     what it read, so that load is refused.
 
+    For an in-memory snapshot without DCP, use :func:`hwrng.state_dict` and
+    :func:`hwrng.load_state_dict`: handing this object back the very dict its
+    last :meth:`state_dict` returned reads as an entry DCP did not fill.
+
     Parameters
     ----------
     on_mismatch, mesh, platform
@@ -215,7 +221,7 @@ class RNGState:
         fallback: _Reseed | None = None
         try:
             value = loaded.get(_KEY) if isinstance(loaded, Mapping) else None
-            if value is None or value is self._template or value == self._template:
+            if value is None or value is self._template:
                 raise CheckpointError(
                     "DCP did not fill hwrng's entry, so there is nothing to restore: a load "
                     "planner with flatten_state_dict=False does not hand a Stateful what it "

@@ -192,6 +192,11 @@ def test_rng_state_is_one_key_whatever_the_process_did(tracker: hwrng.RNGStatesT
     assert set(template) == {"ranks"} and isinstance(template["ranks"], bytes)
     fresh.load_state_dict(saved)
     assert _everything(tracker) == expected
+    torch.rand(4)
+    buffer = io.BytesIO()
+    torch.save(saved, buffer)  # what DCP does: the value comes back as a new object
+    state.load_state_dict(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))
+    assert _everything(tracker) == expected
 
 
 def test_an_entry_dcp_did_not_fill_is_refused(tracker: hwrng.RNGStatesTracker) -> None:

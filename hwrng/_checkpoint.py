@@ -9,9 +9,11 @@ values (``torch.save`` / ``torch.load(weights_only=True)`` round-trip it);
 :func:`load_state_dict` checks *everything* before it changes *anything*, and
 refuses, naming what differs, a state from another backend, rank, world size,
 mesh or device count, an unknown format, or one whose content no longer matches
-its digest. ``on_mismatch="reseed"`` is the explicit way across a change of
-world size: every stream is re-derived from the saved seed plan for the new
-mesh, with a warning.
+its digest, or one holding an impossible value. ``on_mismatch="reseed"`` is
+the explicit way across a change of world size: every stream is re-derived
+from the saved seed plan for the new mesh, the default generator continues at
+the saved DTensor position, and a warning says so. :func:`save` is atomic.
+:class:`hwrng.RNGState` (in ``_dcp``) carries all ranks' states through DCP.
 
 What is saved, per rank (format 2)::
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -112,6 +113,18 @@ def _all_gather(value: Any, world_size: int) -> list[Any]:
     return gathered
 
 
+@dataclass
+class _Local:
+    """One rank's side of the vote."""
+
+    code: int
+    verdict: _Restore | _Reseed | None
+    why: str
+    fallback: _Reseed | None  # the job-wide re-derivation, from every saved rank's state
+    cannot_reseed: str | None  # why this rank could not re-derive, if it could not
+    cause: BaseException | None
+
+
 class RNGState:
     """Every rank's RNG state in a ``torch.distributed.checkpoint`` (DCP) checkpoint.
 
@@ -187,38 +200,38 @@ class RNGState:
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore, re-derive or refuse on every rank alike (see the class notes)."""
         rank, world_size = _where()
-        code, verdict, message, fallback = self._local_verdict(state_dict, rank, world_size)
-        votes = _all_gather((code, message, fallback is not None), world_size)
+        local = self._local_verdict(state_dict, rank, world_size)
+        votes = _all_gather((local.code, local.why, local.cannot_reseed), world_size)
         platform = resolve_platform(self.platform)
-        refusals = [(r, m) for r, (c, m, _) in enumerate(votes) if c == _REFUSE]
+        refusals = [(r, why) for r, (code, why, _) in enumerate(votes) if code == _REFUSE]
         if refusals:
-            if code == _REFUSE:
-                raise CheckpointError(message)
+            if local.code == _REFUSE:
+                raise CheckpointError(local.why) from local.cause
             first, why = refusals[0]
             raise CheckpointError(
                 f"rank {first} refused to restore its RNG state, so no rank did: {why}"
             )
-        reseeds = [(r, m) for r, (c, m, _) in enumerate(votes) if c == _RESEED]
-        if not reseeds and isinstance(verdict, _Restore):
-            _carry_out(verdict, platform, self.mesh)
+        reseeds = [(r, why) for r, (code, why, _) in enumerate(votes) if code == _RESEED]
+        if not reseeds and isinstance(local.verdict, _Restore):
+            _carry_out(local.verdict, platform, self.mesh)
             return
-        if not reseeds:  # every rank restores: only a _Restore has code _RESTORE
+        if not reseeds:  # unreachable: a rank votes _RESTORE only with a _Restore
             raise CheckpointError(f"rank {rank}: internal error: no verdict to carry out")
-        unable = [r for r, (_, _, able) in enumerate(votes) if not able]
-        if unable or not isinstance(fallback, _Reseed):
+        first, why = reseeds[0]
+        unable = [(r, cannot) for r, (_, _, cannot) in enumerate(votes) if cannot is not None]
+        if unable or local.fallback is None:
+            who, cannot = unable[0] if unable else (rank, "no re-derivation was planned")
             raise CheckpointError(
-                f"rank {reseeds[0][0]} must re-derive its streams ({reseeds[0][1]}), but rank(s) "
-                f"{unable} cannot (load every rank with on_mismatch='reseed' and a mesh), so "
-                "no rank changed anything"
+                f"rank {first} must re-derive its streams ({why}), but rank {who} "
+                f"cannot ({cannot}), so no rank changed anything"
             )
-        fallback.why = message if code == _RESEED else f"rank {reseeds[0][0]}: {reseeds[0][1]}"
-        _carry_out(fallback, platform, self.mesh)
+        local.fallback.why = local.why if local.code == _RESEED else f"rank {first}: {why}"
+        _carry_out(local.fallback, platform, self.mesh)
 
-    def _local_verdict(
-        self, loaded: Mapping[str, Any], rank: int, world_size: int
-    ) -> tuple[int, _Restore | _Reseed | None, str, _Reseed | None]:
-        """``(code, this rank's verdict, why, the job-wide re-derivation or None)``."""
+    def _local_verdict(self, loaded: Mapping[str, Any], rank: int, world_size: int) -> _Local:
+        """The verdict of this rank, and the job-wide re-derivation should any rank need one."""
         fallback: _Reseed | None = None
+        cannot_reseed: str | None = "it was loaded with on_mismatch='error'"
         try:
             value = loaded.get(_KEY) if isinstance(loaded, Mapping) else None
             if value is None or value is self._template:
@@ -229,29 +242,36 @@ class RNGState:
                     "the checkpoint lacks"
                 )
             ranks = _unpack(value)
+            why = f"the checkpoint was written by {len(ranks)} rank(s) (here {world_size})"
             if self.on_mismatch == "reseed":
-                documents = [
-                    _check_header(_from_bytes(blob, f"the RNG state of saved rank {r}"))
-                    for r, blob in enumerate(ranks)
-                ]
-                why = f"the checkpoint was written by {len(ranks)} rank(s) (here {world_size})"
-                fallback = _reseed_verdict(documents, self.mesh, why)
+                try:
+                    documents = [
+                        _check_header(_from_bytes(blob, f"the RNG state of saved rank {r}"))
+                        for r, blob in enumerate(ranks)
+                    ]
+                    fallback, cannot_reseed = _reseed_verdict(documents, self.mesh, why), None
+                except CheckpointError as error:
+                    cannot_reseed = str(error)
             if len(ranks) != world_size:
-                why = f"the checkpoint was written by {len(ranks)} rank(s) (here {world_size})"
                 if fallback is None:
                     raise CheckpointError(
-                        f"refusing to restore the RNG state: {why}; load with "
-                        "RNGState(on_mismatch='reseed', mesh=new_mesh) to re-derive the streams"
+                        f"refusing to restore the RNG state: {why}; "
+                        + (
+                            "load with RNGState(on_mismatch='reseed', mesh=new_mesh) to "
+                            "re-derive the streams"
+                            if self.on_mismatch == "error"
+                            else f"and it cannot be re-derived: {cannot_reseed}"
+                        )
                     )
-                return _RESEED, fallback, why, fallback
+                return _Local(_RESEED, fallback, why, fallback, None, None)
             document = _from_bytes(ranks[rank], f"the RNG state of rank {rank}")
             verdict = _verdict(
                 document, self.on_mismatch, self.mesh, resolve_platform(self.platform)
             )
-        except CheckpointError as error:
-            return _REFUSE, None, str(error), fallback
         except Exception as error:
-            return _REFUSE, None, f"{type(error).__name__}: {error}", fallback
+            if isinstance(error, CheckpointError):
+                return _Local(_REFUSE, None, str(error), fallback, cannot_reseed, None)
+            return _Local(_REFUSE, None, repr(error), fallback, cannot_reseed, error)
         if isinstance(verdict, _Reseed):
-            return _RESEED, verdict, verdict.why, fallback
-        return _RESTORE, verdict, "", fallback
+            return _Local(_RESEED, verdict, verdict.why, fallback, cannot_reseed, None)
+        return _Local(_RESTORE, verdict, "", fallback, cannot_reseed, None)

@@ -348,3 +348,17 @@ def test_a_save_cut_short_by_a_file_size_limit_keeps_the_previous_file(
     torch.rand(3)
     hwrng.load(path)
     assert _everything(tracker) == expected
+
+
+def test_reseed_mode_still_restores_exactly_when_nothing_differs() -> None:
+    from hwrng._seeding import record_seeding
+
+    torch.manual_seed(3)  # seeded without hwrng: no plan, so nothing to re-derive from
+    record_seeding(None)
+    torch.rand(2)
+    saved = hwrng.RNGState(on_mismatch="reseed").state_dict()
+    expected = torch.rand(4)
+    state = hwrng.RNGState(on_mismatch="reseed")
+    state.state_dict()
+    state.load_state_dict(copy.deepcopy(saved))
+    assert torch.equal(torch.rand(4), expected)

@@ -26,7 +26,7 @@ def _on_thread(work: object) -> list[BaseException]:
     def run() -> None:
         try:
             work()  # type: ignore[operator]
-        except BaseException as error:  # noqa: BLE001 - reported to the test
+        except BaseException as error:  # reported to the test
             errors.append(error)
 
     thread = threading.Thread(target=run, name="worker")
@@ -86,7 +86,7 @@ def test_timeouts_past_the_os_limit_wait_without_limit(
         try:
             with hwrng.fork_rng(platform="cpu"):
                 pass
-        except BaseException as error:  # noqa: BLE001 - reported to the test
+        except BaseException as error:  # reported to the test
             waiter_errors.append(error)
 
     waiter = threading.Thread(target=wait_for_the_holder)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 import torch
@@ -88,9 +89,13 @@ def test_a_refused_op_leaves_the_generator_where_it_was(cpu: hwrng.Platform) -> 
 # -- the shard's global indices against an oracle that slices the whole index tensor ---------
 
 
-def _oracle(shape: tuple[int, ...], mesh: tuple[int, ...], layout: list, coordinate: tuple[int, ...]):  # type: ignore[type-arg, no-untyped-def]
+Case = tuple[tuple[int, ...], tuple[int, ...], list[Any], tuple[int, ...]]
+
+
+def _oracle(case: Case) -> torch.Tensor:
     """The global flat indices of the shard, by torch.chunk of the whole index tensor as
     DTensor splits it (a _StridedShard: chunk into split_factor pieces, then each piece)."""
+    shape, mesh, layout, coordinate = case
     index = torch.arange(math.prod(shape)).reshape(shape)
     for placement, size, c in zip(layout, mesh, coordinate, strict=True):
         if isinstance(placement, _StridedShard):
@@ -112,12 +117,12 @@ def _torch_chunks(tensor: torch.Tensor, count: int, dim: int) -> list[torch.Tens
 
 
 @st.composite
-def _layouts(draw: st.DrawFn):  # type: ignore[no-untyped-def]
+def _layouts(draw: st.DrawFn) -> Case:
     ndim = draw(st.integers(1, 3))
     shape = tuple(draw(st.lists(st.integers(0, 9), min_size=ndim, max_size=ndim)))
     mesh_ndim = draw(st.integers(1, 3))
     mesh = tuple(draw(st.lists(st.integers(1, 4), min_size=mesh_ndim, max_size=mesh_ndim)))
-    layout = []
+    layout: list[Any] = []
     for _ in mesh:
         kind = draw(st.sampled_from(["R", "S", "SS"]))
         dim = draw(st.integers(0, ndim - 1))
@@ -133,10 +138,10 @@ def _layouts(draw: st.DrawFn):  # type: ignore[no-untyped-def]
 
 @settings(max_examples=200, deadline=None)
 @given(_layouts())
-def test_global_index_matches_slicing_the_whole_tensor(case) -> None:  # type: ignore[no-untyped-def]
+def test_global_index_matches_slicing_the_whole_tensor(case: Case) -> None:
     shape, mesh, layout, coordinate = case
     spec = hwrng.ShardSpec(shape, mesh, tuple(layout), coordinate)
-    expected = _oracle(shape, mesh, layout, coordinate)
+    expected = _oracle(case)
     got = invariant.global_index(spec)
     assert tuple(got.shape) == spec.local_shape == tuple(expected.shape)
     assert torch.equal(got, expected)

@@ -5,13 +5,17 @@ reads and repositions one -- a tracked region, a named-state fork,
 ``fork_rng``, a checkpoint's snapshot -- claims it for its duration. Claims
 *serialise*: a second thread that wants a claimed generator waits until the
 first releases it, so each draws from its own, correct positions (which
-thread goes first is up to the scheduler). The owning thread may claim again
-(a region inside a fork); the rules about what may nest are the contexts' own.
+thread goes first is up to the scheduler). The thread that took a claim may
+claim again (a region inside a fork); the rules about what may nest are the
+contexts' own. A claim belongs to the context that took it, not to its
+thread: a context ended on another thread (a generator function holding
+``fork_rng()`` across a ``yield``, closed elsewhere) gives it back all the same.
 
 Draws made outside hwrng (a plain ``torch.rand`` in another thread) cannot be
 seen and are not serialised.
 
-A wait longer than ``HWRNG_CLAIM_TIMEOUT`` seconds (default 60) raises a
+A wait longer than ``HWRNG_CLAIM_TIMEOUT`` seconds (default 60; ``inf``, or
+any value past ``threading.TIMEOUT_MAX``, waits without limit) raises a
 :class:`~hwrng.NestingError` naming the thread that holds the generator: a
 thread that waits for another while holding a claim the other needs (say, a
 backward pass run inside a named-state fork, whose recomputation runs on an
@@ -37,42 +41,54 @@ DEFAULT_CLAIM_TIMEOUT = 60.0
 
 
 class Claim:
-    """The process-wide claim on one generator: a re-entrant lock and who holds it.
+    """The process-wide claim on one generator: who holds it and how deeply.
 
-    ``regions`` counts the tracked regions the holding thread has open on the
-    generator; only the holder changes ``owner``, ``depth`` and ``regions``.
+    The claim belongs to the contexts that took it, not to a thread: the
+    thread that took it may take it again (a region inside a fork), and
+    whichever thread ends a context gives its level back -- a generator
+    function holding ``fork_rng()`` across a ``yield`` may be closed on
+    another thread than the one that entered it. ``regions`` counts the
+    tracked regions open on the generator.
     """
 
-    __slots__ = ("__weakref__", "depth", "lock", "owner", "regions")
+    __slots__ = ("__weakref__", "_free", "depth", "owner", "owner_ident", "regions")
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()
+        self._free = threading.Condition(threading.Lock())
         self.owner: str | None = None
+        self.owner_ident: int | None = None
         self.depth = 0
         self.regions = 0
 
     def acquire(self, generator: torch.Generator) -> None:
         """Take the claim for the calling thread (waiting for another holder), or raise."""
-        if not self.lock.acquire(blocking=False):
-            timeout = _timeout()
-            if not self.lock.acquire(timeout=timeout):
-                raise NestingError(
-                    f"the {generator.device} generator has been held by thread "
-                    f"{self.owner!r} for more than {timeout:g} s ({CLAIM_TIMEOUT_ENV}); hwrng "
-                    "serialises its contexts on one generator across threads, so a thread "
-                    "waiting for another while holding a claim it needs (e.g. a backward pass "
-                    "inside a named-state fork) cannot proceed"
-                )
-        if self.depth == 0:
-            self.owner = threading.current_thread().name
-        self.depth += 1
+        me = threading.get_ident()
+        with self._free:
+            if self.depth and self.owner_ident != me:
+                timeout = _timeout()
+                if not self._free.wait_for(lambda: self.depth == 0, timeout):
+                    raise NestingError(
+                        f"the {generator.device} generator has been held by thread "
+                        f"{self.owner!r} for more than {timeout:g} s ({CLAIM_TIMEOUT_ENV}); "
+                        "hwrng serialises its contexts on one generator across threads, so a "
+                        "thread waiting for another while holding a claim it needs (e.g. a "
+                        "backward pass inside a named-state fork) cannot proceed"
+                    )
+            if self.depth == 0:
+                self.owner = threading.current_thread().name
+                self.owner_ident = me
+            self.depth += 1
 
     def release(self) -> None:
-        """Give back one level of the claim."""
-        self.depth -= 1
-        if self.depth == 0:
-            self.owner = None
-        self.lock.release()
+        """Give back one level of the claim, from whichever thread ends the context."""
+        with self._free:
+            if self.depth == 0:  # a bug in hwrng, never a user's doing
+                raise NestingError("hwrng released a generator claim that was not held")
+            self.depth -= 1
+            if self.depth == 0:
+                self.owner = None
+                self.owner_ident = None
+                self._free.notify_all()
 
 
 _table_lock = threading.Lock()
@@ -90,8 +106,10 @@ def claim_for(generator: torch.Generator) -> Claim:
     return found
 
 
-def _timeout() -> float:
-    return positive_seconds_from_env(CLAIM_TIMEOUT_ENV, DEFAULT_CLAIM_TIMEOUT)
+def _timeout() -> float | None:
+    """The wait limit in seconds; ``None`` (no limit) for ``inf`` or beyond what the OS can wait."""
+    seconds = positive_seconds_from_env(CLAIM_TIMEOUT_ENV, DEFAULT_CLAIM_TIMEOUT)
+    return None if seconds >= threading.TIMEOUT_MAX else seconds
 
 
 @contextlib.contextmanager

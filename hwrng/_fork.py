@@ -4,7 +4,9 @@
 device generators), like :func:`torch.random.fork_rng`. :func:`isolate_rng`
 forks those and Python's ``random`` and NumPy's global generator, like
 Lightning's ``isolate_rng``. Neither touches named states
-(:class:`~hwrng.RNGStatesTracker` keeps those itself).
+(:class:`~hwrng.RNGStatesTracker` keeps those itself). Both put back the seed
+plan in force (:func:`hwrng.current_seeding`) with the generators it seeded,
+so DTensor ops after the block draw with the seeds they drew with before it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hwrng._exceptions import InvalidDeviceError
 from hwrng._host import HOST_COUNTER, host_generator
 from hwrng._platform import DeviceLike, Platform
 from hwrng._registry import resolve_platform
+from hwrng._seeding import current_seeding, record_seeding
 from hwrng._validation import check_flag
 
 __all__ = ["fork_rng", "isolate_rng"]
@@ -43,6 +46,7 @@ def _forked_generators(platform: Platform, indices: list[int]) -> Iterator[None]
     # A device whose default generator is the host generator is covered by the host.
     devices = [(i, g) for i in indices if (g := platform.generator(i)) is not host]
     with claim(host, *(g for _, g in devices)):
+        plan = current_seeding()  # the plan goes with the generators it seeded
         host_state = host.get_state()
         host_reading = HOST_COUNTER.export(host)
         device_states = [(i, platform.get_rng_state(i)) for i, _ in devices]
@@ -53,6 +57,7 @@ def _forked_generators(platform: Platform, indices: list[int]) -> Iterator[None]
             HOST_COUNTER.restore(host, host_reading)
             for index, state in device_states:
                 platform.set_rng_state(state, index)
+            record_seeding(plan)
 
 
 @contextlib.contextmanager
@@ -65,7 +70,9 @@ def fork_rng(
     """Fork torch's CPU generator and device generators; restore them on exit.
 
     Exactly these come back when the block ends, whether it returns or raises:
-    torch's CPU generator and the default generators of ``devices``. Python's
+    torch's CPU generator, the default generators of ``devices``, and the seed
+    plan in force (:func:`hwrng.current_seeding`, which seeding inside the
+    block replaces). Python's
     ``random`` and NumPy are not forked (:func:`isolate_rng` forks them too),
     nor are named states. States are copied as CPU tensors only, never through
     device memory.
@@ -110,8 +117,9 @@ def isolate_rng(
 ) -> Iterator[None]:
     """Fork every global RNG hwrng seeds: torch CPU, devices, ``random`` and NumPy.
 
-    What :func:`fork_rng` forks, plus Python's ``random`` and NumPy's legacy
-    global generator, all restored on exit and on exception. Named states
+    What :func:`fork_rng` forks (the seed plan included), plus Python's
+    ``random`` and NumPy's legacy global generator, all restored on exit and
+    on exception. Named states
     (:class:`~hwrng.RNGStatesTracker`) are not touched.
 
     Parameters

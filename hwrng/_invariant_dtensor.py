@@ -114,11 +114,15 @@ def _bernoulli(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generat
 
 
 def _random_like(normal: bool) -> Fill:
+    # torch.rand_like is uniform on [0, 1), randn_like standard normal.
     op = "normal" if normal else "uniform"
+    parameters = {"mean": 0.0, "std": 1.0} if normal else {"low": 0.0, "high": 1.0}
 
     def like(target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any) -> Any:
-        out = torch.empty_like(local)
-        _fill_local(target, out, generator, _philox.drawer(op, out.dtype))
+        dtype = kwargs.get("dtype") or local.dtype
+        draw = _philox.drawer(op, dtype, **parameters)  # refuses a dtype it cannot fill
+        out = torch.empty_like(local, dtype=dtype)
+        _fill_local(target, out, generator, draw)
         return _like(target, out)
 
     return like

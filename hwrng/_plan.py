@@ -34,7 +34,6 @@ from hwrng._mesh import (
     MeshLayout,
     check_sizes,
     linear_index,
-    mesh_dim_names,
     mesh_ranks,
     mesh_sizes,
     require_known,
@@ -266,21 +265,27 @@ class Seeding:
     def dtensor_seed(self, mesh: DeviceMesh) -> int:
         """The seed every rank of ``mesh`` uses for DTensor random ops. Pure, cached.
 
-        Keeps the dims that lie outside ``mesh``: a dim is inside when the
-        mesh's ranks differ along it (for a plan made on a DeviceMesh), when
-        this rank's group along it shares another rank with the mesh (for
-        process groups), or when the mesh has a dim of that name (for a
-        preset's named ranks, whose mesh is unknown).
+        Keeps the dims that lie outside ``mesh``, decided by the mesh's ranks
+        alone, never by its dim names: a dim is inside when the mesh's ranks
+        differ along it (for a plan made on a DeviceMesh, whose layout gives
+        every rank's coordinate), or when this rank's group along it shares
+        another rank with the mesh (for process groups). A preset knows only
+        this rank's coordinates (``pp_rank=...``), not where the other ranks
+        sit: its dims are inside a mesh of every rank of the job (so replicas
+        anywhere on it share a seed) and outside any smaller mesh, which is
+        taken to lie within one pipeline stage or replica (so stages differ, as
+        the trainer's ``seed + 100 * pp`` does). :func:`hwrng.verify` catches a
+        smaller mesh that spans stages.
         """
         ranks = mesh_ranks(mesh)
         found = self._dtensor_seeds.get(ranks)
         if found is None:
-            names = set(mesh_dim_names(mesh))
-            outside = [d for d in self.dims if not self._inside(d, ranks, names)]
+            whole = len(set(ranks)) >= _world_size(len(ranks))
+            outside = [d for d in self.dims if not self._inside(d, ranks, whole)]
             found = self._dtensor_seeds[ranks] = self._seed_over(outside)
         return found
 
-    def _inside(self, dim: SeedDim, ranks: tuple[int, ...], names: set[str]) -> bool:
+    def _inside(self, dim: SeedDim, ranks: tuple[int, ...], whole: bool) -> bool:
         if dim.members is not None:
             return len(set(dim.members) & set(ranks)) > 1
         layout = self.layout
@@ -288,7 +293,7 @@ class Seeding:
             axis = layout.names.index(dim.name)
             seen = {c[axis] for c in map(layout.coordinate, ranks) if c is not None}
             return len(seen) > 1
-        return dim.name in names
+        return whole
 
     def describe(self) -> str:
         """One line: ``seed 123 + pp*2 + tp (this rank: 125), manual_seed on cpu``."""
@@ -331,6 +336,15 @@ class Seeding:
             source=str(data["source"]),
             layout=None if layout is None else MeshLayout.from_dict(layout),
         )
+
+
+def _world_size(default: int) -> int:
+    """The job's number of ranks (``default`` without an initialised process group)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_world_size())
+    return default
 
 
 def _this_rank(mesh: DeviceMesh) -> tuple[int, ...]:

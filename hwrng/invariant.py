@@ -52,16 +52,38 @@ __all__ = [
 ]
 
 
-def _chunks(vector: torch.Tensor, count: int) -> list[torch.Tensor]:
-    """``vector`` split as DTensor's Shard splits a dim (``torch.chunk``, empty pieces kept)."""
-    size = vector.numel()
-    full = -(-size // count) if count else 0
-    return [vector[full * i : full * i + chunk_size(size, count, i)] for i in range(count)]
+Ranges = list[tuple[int, int]]  # (start, length) runs whose concatenation is a dim's positions
 
 
-def _dim_indices(spec: ShardSpec, device: torch.device | None) -> list[torch.Tensor]:
-    """The global positions along each tensor dim that this coordinate's shard holds."""
-    vectors = [torch.arange(n, device=device) for n in spec.shape]
+def _window(ranges: Ranges, offset: int, length: int) -> Ranges:
+    """Positions ``[offset, offset + length)`` of the concatenation of ``ranges``."""
+    out: Ranges = []
+    for start, size in ranges:
+        if length <= 0:
+            break
+        if offset >= size:
+            offset -= size
+            continue
+        take = min(size - offset, length)
+        out.append((start + offset, take))
+        offset, length = 0, length - take
+    return out
+
+
+def _chunk(ranges: Ranges, count: int, index: int) -> Ranges:
+    """Piece ``index`` of ``count`` as DTensor's Shard splits a dim (``torch.chunk``)."""
+    size = sum(length for _, length in ranges)
+    full = -(-size // count)
+    return _window(ranges, full * index, chunk_size(size, count, index))
+
+
+def _dim_ranges(spec: ShardSpec) -> list[Ranges]:
+    """The global positions along each tensor dim that this coordinate's shard holds, as runs.
+
+    Pure integer work on a few runs per dim (one, or one per ``_StridedShard``
+    piece): nothing the size of the global tensor is built.
+    """
+    runs: list[Ranges] = [[(0, n)] for n in spec.shape]
     for layout, size, coordinate in zip(
         spec._layout, spec.mesh_shape, spec.coordinate, strict=True
     ):
@@ -69,10 +91,21 @@ def _dim_indices(spec: ShardSpec, device: torch.device | None) -> list[torch.Ten
             continue
         dim, split_factor = layout
         if split_factor == 1:
-            vectors[dim] = _chunks(vectors[dim], size)[coordinate]
+            runs[dim] = _chunk(runs[dim], size, coordinate)
         else:  # _StridedShard: every one of split_factor pieces contributes its chunk
-            pieces = _chunks(vectors[dim], split_factor)
-            vectors[dim] = torch.cat([_chunks(piece, size)[coordinate] for piece in pieces])
+            pieces = [_chunk(runs[dim], split_factor, i) for i in range(split_factor)]
+            runs[dim] = [run for piece in pieces for run in _chunk(piece, size, coordinate)]
+    return runs
+
+
+def _dim_indices(spec: ShardSpec, device: torch.device | None) -> list[torch.Tensor]:
+    """The global positions along each tensor dim that this coordinate's shard holds."""
+    vectors = []
+    for runs in _dim_ranges(spec):
+        parts = [torch.arange(start, start + length, device=device) for start, length in runs]
+        vectors.append(
+            torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64, device=device)
+        )
     return vectors
 
 
@@ -138,7 +171,8 @@ def _fill(
             f"the tensor has shape {tuple(tensor.shape)}, but the spec's shard is "
             f"{spec.local_shape}"
         )
-    index = _philox.ShardIndices(tuple(_dim_indices(spec, tensor.device)), spec.shape)
+    _, vectors = _philox.check_dim_indices(_dim_indices(spec, tensor.device), spec.shape)
+    index = _philox.ShardIndices(tuple(vectors), spec.shape)
     region = _position(spec, generator, platform, choose_seed)
     with region:
         seed, position = region.position

@@ -54,9 +54,10 @@ def test_a_stream_one_rank_lacks_gets_every_rank_a_setup_verdict(pool: Distribut
 def test_bad_arguments_raise_alike_before_any_collective(
     pool: DistributedPool, case: str, error: str
 ) -> None:
-    assert pool.run(checks.bad_arguments_refused_before_any_collective, case) == [
-        f"{error} after 0 collective(s)"
-    ] * 4
+    assert (
+        pool.run(checks.bad_arguments_refused_before_any_collective, case)
+        == [f"{error} after 0 collective(s)"] * 4
+    )
 
 
 def test_correct_process_groups_pass(pool: DistributedPool) -> None:

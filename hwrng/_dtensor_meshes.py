@@ -31,6 +31,9 @@ def note(mesh: Any) -> None:
     """Record that a DTensor random op ran on ``mesh`` (cheap: a dict lookup per op)."""
     seeding = current_seeding()
     entry = _known.get(id(mesh))
+    fresh = entry is not None and entry[0] is mesh and _plan[0] is seeding
+    if fresh and entry is not None and _used.get(entry[1]) is mesh:
+        return  # the common case: nothing new, no lock
     if entry is None or entry[0] is not mesh:
         entry = (mesh, mesh_ranks(mesh))
         with _lock:

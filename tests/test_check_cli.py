@@ -234,3 +234,13 @@ def test_launcher_variables_without_master_addr_are_refused(
     err = capsys.readouterr().err
     assert err.startswith(f"hwrng check: error: {', '.join(present)} set but ")
     assert err.count("\n") == 1 and "MASTER_ADDR" in err and "torchrun" in err
+
+
+def test_a_crash_summary_names_the_rank_that_raised_not_those_left_waiting() -> None:
+    from hwrng._launch import WorkerError
+
+    waiting = "no answer in time (waiting in a collective for a failed rank?)"
+    traceback = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: boom\n'
+    error = WorkerError("4 rank(s) failed", ((0, waiting), (1, traceback), (2, waiting)))
+    assert error.summary() == "rank 1 failed: RuntimeError: boom; rank(s) 0, 2 gave no answer"
+    assert WorkerError("all hung", ((0, waiting),)).summary() == f"rank 0 failed: {waiting}"

@@ -17,7 +17,8 @@ word   content
 1      digest of the names of the streams checked (all ranks must agree)
 2      digest of the plan every rank should share: the job's seed, each
        term's name, weight and size, the preset (source), the platform
-       and the mesh the plan was made for
+       and the dim names and shape of the mesh the plan was made for (not
+       its ranks: each pipeline stage may seed on its own submesh)
 3, 4   the *replica key*: ranks with equal keys should be replicas
 5      the *DTensor mesh key*: digest of the meshes DTensor random ops
        ran on; ranks with equal keys ran the same ops and should agree
@@ -351,7 +352,7 @@ def _keys(
         position = dict(zip(layout.names, coordinate, strict=True))
         key = linear_index([position[d] for d in dims], [sizes[d] for d in dims])
         words = f"sharded {', '.join(dims) or 'along no dim'} over {layout.describe()}"
-        identity = (layout.names, layout.shape, mesh_ranks(mesh), dims)
+        identity = (layout.names, layout.shape, dims)  # not its ranks: each stage has its own
         return key, _digest32(repr(identity).encode()), words, layout
     if seeding is None:
         raise MeshError(
@@ -365,7 +366,7 @@ def _keys(
         [(d.name, d.weight, d.size) for d in seeding.dims],
         seeding.source,
         seeding.platform,
-        None if plan_layout is None else (plan_layout.names, plan_layout.shape, plan_layout.ranks),
+        None if plan_layout is None else (plan_layout.names, plan_layout.shape),
     )
     known = plan_layout if mesh is None else MeshLayout.of(mesh)
     return key, _digest32(repr(plan_identity).encode()), seeding.describe(), known
@@ -510,7 +511,7 @@ def verify(
     -------
     VerifyReport
         The same report on every rank; ``report.raise_if_failed()`` raises.
-        Ranks whose plans differ (seed, terms, preset, platform, mesh), or
+        Ranks whose plans differ (seed, terms, preset, platform, mesh shape), or
         whose process groups do not match their members' groups, fail the
         ``plan`` check. After a preset (Megatron, slapo), whose plan has no
         tensor-parallel term, named states are compared only between ranks

@@ -145,6 +145,13 @@ def groups_of_another_rank(fault: str) -> dict[str, Any]:
     return outcome
 
 
+def seeded_on_a_submesh() -> dict[str, Any]:
+    """Each dp row seeds on its own tp submesh (same shape, other ranks): one plan."""
+    mesh = _mesh_2x2()
+    hwrng.manual_seed(11, mesh["tp"], sharded_dims=["tp"], platform="cpu")
+    return _outcome(hwrng.verify())
+
+
 def megatron_named_state(judge_with_mesh: bool) -> dict[str, Any]:
     """The Megatron preset on pp=2 x tp=2, and a named state with one seed on both tp ranks."""
     from hwrng import presets

@@ -81,6 +81,11 @@ def test_a_rank_with_another_seed_fails_the_plan(pool: DistributedPool) -> None:
     assert ranks == [3] and problems[0].startswith("ranks disagree on the seed plan: rank 3")
 
 
+def test_plans_on_submeshes_of_one_shape_agree(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.seeded_on_a_submesh))
+    assert result["ok"], result["text"]
+
+
 def test_after_megatron_named_states_are_reported_unjudged(pool: DistributedPool) -> None:
     result = _one_verdict(pool.run(checks.megatron_named_state, False))
     assert result["ok"], result["text"]

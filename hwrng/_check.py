@@ -379,10 +379,10 @@ def format_report(report: CheckReport) -> str:
     ]
     total = len(report.ops) + len(report.streams)
     failed = sum(not v.ok for v in report.ops + report.streams)
-    verdict = "PASSED" if report.ok else f"FAILED ({failed} of {total} checks)"
+    verdict = f"PASSED ({total} checks)" if report.ok else f"FAILED ({failed} of {total} checks)"
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines.append(
-        f"hwrng check: {verdict} ({total} checks) in {report.seconds:.1f} s; "
+        f"hwrng check: {verdict} in {report.seconds:.1f} s; "
         f"torch {torch.__version__}, python {sys.version.split()[0]}, {when}"
     )
     return "\n".join(lines)

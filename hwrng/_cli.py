@@ -22,9 +22,11 @@ import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
+from typing import Any, NoReturn
 
 from hwrng._exceptions import HwrngError, MeshError
 from hwrng._format import format_table
+from hwrng._launch import WorkerError
 from hwrng._mesh import unravel_index
 from hwrng._plan import rank_seed, seed_plan
 from hwrng._platform import Platform
@@ -152,6 +154,67 @@ def _positive(text: str) -> int:
     return value
 
 
+#: ``hwrng check``'s exit statuses, and the word ``--json`` gives each.
+EXIT_PASSED, EXIT_FAILED, EXIT_BAD_ARGUMENTS, EXIT_CRASHED = 0, 1, 2, 3
+_STATUS_WORDS = {
+    EXIT_PASSED: "passed",
+    EXIT_FAILED: "failed",
+    EXIT_BAD_ARGUMENTS: "bad arguments",
+    EXIT_CRASHED: "crashed",
+}
+#: Variables a launcher such as torchrun sets; ``hwrng check`` needs all of them or none.
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def cpu_rank_limit() -> int:
+    """The most CPU ranks ``hwrng check`` starts on this machine: ``max(8, 4 * cores)``."""
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
+class _UsageExit(SystemExit):
+    """An argument the parser refused (exit status 2), with its one-line message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_BAD_ARGUMENTS)
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: ``hwrng check: error: ...``."""
+
+    def error(self, message: str) -> NoReturn:
+        line = f"{self.prog}: error: {message}"
+        print(line, file=sys.stderr)
+        raise _UsageExit(line)
+
+
+def _status_document(status: int, error: str) -> str:
+    return json.dumps(
+        {"ok": False, "status": _STATUS_WORDS[status], "exit_status": status, "error": error}
+    )
+
+
+def _check_launcher_environment() -> None:
+    """Refuse a partial launcher environment (RANK without MASTER_ADDR, ...) in one line."""
+    import torch.distributed as dist
+
+    present = [name for name in LAUNCHER_VARIABLES if name in os.environ]
+    if not any(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        return
+    if dist.is_available() and dist.is_initialized():
+        return
+    missing = [name for name in LAUNCHER_VARIABLES if name not in os.environ]
+    if missing:
+        raise MeshError(
+            f"{', '.join(present)} set but {', '.join(missing)} not: run hwrng check under "
+            "torchrun (which sets all of them), or unset them to let hwrng check start its "
+            "own ranks"
+        )
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"):
+        if not os.environ[name].strip().isdigit():
+            raise MeshError(f"{name}={os.environ[name]!r} is not a non-negative integer")
+
+
 def _progress(text: str) -> None:
     print(f"hwrng check: {text}", file=sys.stderr, flush=True)
 
@@ -162,6 +225,7 @@ def _check_arguments(
     """Resolve and check what ``hwrng check`` will run, before any rank starts."""
     from hwrng._check import default_mesh, under_torchrun
 
+    _check_launcher_environment()
     platform = get_platform(args.backend)
     torchrun = under_torchrun()
     devices = platform.device_count() if platform.device_type != "cpu" else None
@@ -179,6 +243,12 @@ def _check_arguments(
         raise MeshError(
             f"--nproc {nproc}, but this machine has {devices} {platform.name} device(s): "
             "hwrng check runs one process per device (use torchrun across machines)"
+        )
+    if devices is None and not torchrun and nproc > cpu_rank_limit():
+        raise MeshError(
+            f"--nproc {nproc}, but this machine runs at most {cpu_rank_limit()} CPU ranks "
+            f"(4 per core, at least 8; it has {os.cpu_count()} core(s)): use torchrun across "
+            "machines"
         )
     mesh = args.mesh if args.mesh is not None else default_mesh(nproc)
     if math.prod(mesh.values()) != nproc:
@@ -199,15 +269,27 @@ def _cmd_check(args: argparse.Namespace) -> int:
     platform, nproc, mesh, sharded, backend = _check_arguments(args)
     started = time.perf_counter()
     if under_torchrun():
-        report, ok = run_in_torchrun(mesh, sharded, args.seed, platform.name, backend)
+        try:
+            report, ok = run_in_torchrun(mesh, sharded, args.seed, platform.name, backend)
+        except Exception as error:  # torchrun stops the other ranks when this one exits
+            raise WorkerError(
+                f"rank {os.environ.get('RANK', '?')} crashed: {type(error).__name__}: {error}"
+            ) from error
     else:
         progress = None if args.json else _progress
-        with DistributedPool(
-            nproc, backend=backend, platform=platform.name, timeout=300, progress=progress
-        ) as pool:
-            if progress is not None:
-                progress("seeding, drawing and verifying on every rank")
-            results = pool.run(run_rank, mesh, sharded, args.seed, platform.name)
+        try:
+            with DistributedPool(
+                nproc, backend=backend, platform=platform.name, timeout=300, progress=progress
+            ) as pool:
+                if progress is not None:
+                    progress("seeding, drawing and verifying on every rank")
+                results = pool.run(run_rank, mesh, sharded, args.seed, platform.name)
+        except WorkerError as error:
+            raise WorkerError(error.summary()) from error
+        except (OSError, RuntimeError) as error:  # the rendezvous or a process could not start
+            raise WorkerError(
+                f"the ranks could not be started: {type(error).__name__}: {error}"
+            ) from error
         report = judge(
             results,
             mesh=mesh,
@@ -217,14 +299,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
             seconds=time.perf_counter() - started,
         )
         ok = report.ok
+    status = EXIT_PASSED if ok else EXIT_FAILED
     if report is not None:
-        print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
-    return 0 if ok else 1
+        document = {**report.to_dict(), "status": _STATUS_WORDS[status], "exit_status": status}
+        print(json.dumps(document, indent=2) if args.json else format_report(report))
+    return status
 
 
-def _add_plugin_commands(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], registry: Registry
-) -> None:
+def _add_plugin_commands(commands: argparse._SubParsersAction[Any], registry: Registry) -> None:
     """Let every plugin add its subcommands; a plugin that fails is named, never fatal."""
     for impl in registry.plugin_manager.hook.hwrng_register_commands.get_hookimpls():
         try:
@@ -239,7 +321,7 @@ def _add_plugin_commands(
 
 def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
     """Return the argument parser of the ``hwrng`` command, with the plugins' commands."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hwrng",
         description="Random-number state for distributed PyTorch training on any hardware.",
     )
@@ -269,7 +351,9 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
         help="prove replicas equal and shards distinct on this machine (the main job)",
         description="Start ranks on a backend, seed them, run DTensor random ops and a "
         "tensor-parallel model's initialisation and dropout, verify every stream, and print "
-        "a report. Under torchrun it runs in the processes torchrun started.",
+        "a report. Under torchrun it runs in the processes torchrun started. Exit status: 0 "
+        "every check passed, 1 a check failed, 2 bad arguments or environment, 3 a rank "
+        "crashed or the ranks could not be started (--json says which, as JSON).",
     )
     check.add_argument("--backend", metavar="NAME", help="the platform (default: auto-selected)")
     check.add_argument(
@@ -314,14 +398,26 @@ def _stop_on_sigterm() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``hwrng`` command line and return its exit status."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    json_check = arguments[:1] == ["check"] and "--json" in arguments
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(arguments)
+    except _UsageExit as refused:
+        if json_check:
+            print(_status_document(EXIT_BAD_ARGUMENTS, refused.message))
+        raise
     _stop_on_sigterm()
     try:
         status: int = args.func(args)
     except HwrngError as error:
-        print(f"hwrng {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        crashed = args.command == "check" and isinstance(error, WorkerError)
+        code = EXIT_CRASHED if crashed else EXIT_BAD_ARGUMENTS
+        line = f"hwrng {args.command}: {'crashed' if crashed else 'error'}: {error}"
+        print(line, file=sys.stderr)
+        if json_check:
+            print(_status_document(code, line))
+        return code
     return status
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from hwrng._dtensor_meshes import note as note_mesh
 from hwrng._exceptions import DTensorHookError
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
@@ -180,6 +181,8 @@ def tracker_class(base: type[Any]) -> type[Any]:
                 return
             from hwrng._local_ranks import local_tensor_mode, simulated_region
 
+            if generator is None:
+                note_mesh(spec.mesh)  # for hwrng.verify: judge the DTensor stream per mesh
             mode = local_tensor_mode()
             if mode is not None:
                 with simulated_region(mode, self.hwrng_platform, spec, generator):
@@ -207,6 +210,7 @@ def tracker_class(base: type[Any]) -> type[Any]:
         def _compute_rng_offsets(self, spec: Any) -> tuple[int, int]:
             # torch's CUDA operator asks for these right before it draws: leave it the
             # seed to draw with (see _dtensor_hooks.cuda_rng_kernel).
+            note_mesh(spec.mesh)
             if not _tracing():
                 self._pending.choose = self.hwrng_seeds.chooser(spec.mesh)
             return shard_offsets(_shard_spec(spec))

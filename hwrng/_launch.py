@@ -46,11 +46,38 @@ from hwrng._exceptions import DistributedError
 __all__ = ["DistributedPool", "WorkerError"]
 
 _STOP = "stop"
+_NO_ANSWER = "no answer in time"
 _PARENT_POLL_S = 0.25
 
 
 class WorkerError(DistributedError):
-    """One or more ranks failed (or died, or timed out) while running a function."""
+    """One or more ranks failed (or died, or timed out) while running a function.
+
+    Attributes
+    ----------
+    failures
+        ``(rank, what happened)`` for each failing rank: a traceback, or why
+        it gave no answer.
+    """
+
+    def __init__(self, message: str, failures: tuple[tuple[int, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.failures = failures
+
+    def summary(self) -> str:
+        """One line: the first rank that raised or died, and its error's last line."""
+        if not self.failures:
+            return str(self).splitlines()[0] if str(self) else "a rank failed"
+        hung = tuple(r for r, text in self.failures if text.startswith(_NO_ANSWER))
+        failed = [(r, text) for r, text in self.failures if r not in hung] or list(self.failures)
+        rank, text = failed[0]
+        last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+        line = f"rank {rank} failed: {last}"
+        if len(failed) > 1:
+            line += f" (and rank(s) {', '.join(str(r) for r, _ in failed[1:])})"
+        if hung and len(failed) < len(self.failures):
+            line += f"; rank(s) {', '.join(map(str, hung))} gave no answer"
+        return line
 
 
 @dataclass(frozen=True)
@@ -240,7 +267,10 @@ class DistributedPool:
         failures = self._collect(report, self.timeout + 60)
         if failures:
             self.close()
-            raise WorkerError(self._describe("starting the pool", failures))
+            raise WorkerError(
+                self._describe("starting the pool", failures),
+                tuple((f.rank, f.text) for f in sorted(failures, key=lambda f: f.rank)),
+            )
         self._say(f"{self.nproc} rank(s) ready in {time.monotonic() - started:.1f} s")
 
     def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
@@ -264,7 +294,10 @@ class DistributedPool:
         if failures:
             self.close()
             name = getattr(function, "__qualname__", repr(function))
-            raise WorkerError(self._describe(f"running {name}", failures))
+            raise WorkerError(
+                self._describe(f"running {name}", failures),
+                tuple((f.rank, f.text) for f in sorted(failures, key=lambda f: f.rank)),
+            )
         return results
 
     def _collect(self, keep: Callable[[int, str, Any], None], timeout: float) -> list[_Failure]:
@@ -278,7 +311,7 @@ class DistributedPool:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 failures.extend(
-                    _Failure(r, "no answer in time (waiting in a collective for a failed rank?)")
+                    _Failure(r, f"{_NO_ANSWER} (waiting in a collective for a failed rank?)")
                     for r in sorted(pending)
                 )
                 break

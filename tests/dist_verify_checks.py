@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 import hwrng
 
@@ -80,3 +80,126 @@ def scenario(fault: str, sharded: list[str]) -> dict[str, Any]:
         "collectives": {str(op): n for op, n in comms.get_comm_counts().items()},
         "text": report.describe(),
     }
+
+
+# -- 4 ranks (test_verify_rules_dist.py): collective safety, plans, presets, pipeline stages --
+
+
+def _outcome(report: hwrng.VerifyReport) -> dict[str, Any]:
+    return {
+        "ok": report.ok,
+        "failures": {v.stream: (list(v.ranks), list(v.problems)) for v in report.failures},
+        "unjudged": {v.stream: v.unjudged for v in getattr(report, "unjudged", [])},
+        "text": report.describe(),
+    }
+
+
+def _mesh_2x2(names: tuple[str, str] = ("dp", "tp")) -> Any:
+    return init_device_mesh("cpu", (2, 2), mesh_dim_names=names)
+
+
+def one_rank_cannot_build(fault: str) -> dict[str, Any]:
+    """One rank fails before the all_gather (no plan; a stream only it lacks); all get a verdict."""
+    mesh = _mesh_2x2()
+    rank = dist.get_rank()
+    hwrng.manual_seed(42, mesh, sharded_dims=["tp"], platform="cpu")
+    tracker = hwrng.RNGStatesTracker("cpu", name="verify-rule" if rank != 3 else "elsewhere")
+    tracker.add("only-here", 7 + rank)
+    if fault == "reseeded itself" and rank == 1:
+        hwrng.seed_everything(5, "cpu")
+    chosen = ["torch.cpu", "state:verify-rule/only-here"] if fault == "unknown stream" else None
+    report = hwrng.verify(streams=chosen)
+    del tracker
+    return _outcome(report)
+
+
+def bad_arguments_refused_before_any_collective(case: str) -> str:
+    """Arguments wrong alike on every rank raise alike on every rank, before any collective."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    mesh = _mesh_2x2()
+    hwrng.manual_seed(42, mesh, sharded_dims=["tp"], platform="cpu")
+    arguments: dict[str, Any] = {
+        "streams as one string": {"streams": "torch.cpu"},
+        "sharded_dims without a mesh": {"sharded_dims": ["tp"]},
+        "a mesh that is not a DeviceMesh": {"mesh": {"dp": 2, "tp": 2}},
+    }[case]
+    with CommDebugMode() as comms:
+        try:
+            hwrng.verify(**arguments)
+        except hwrng.HwrngError as error:
+            return f"{type(error).__name__} after {comms.get_total_counts()} collective(s)"
+    return "no error"
+
+
+def groups_of_another_rank(fault: str) -> dict[str, Any]:
+    """dp=2 x tp=2 seeded over process groups; ``fault`` breaks one rank's plan."""
+    mesh = _mesh_2x2()
+    rank = dist.get_rank()
+    tp_group, dp_group = mesh.get_group("tp"), mesh.get_group("dp")
+    group = dp_group if fault == "dp group on rank 1" and rank == 1 else tp_group
+    seed = 6 if fault == "another seed on rank 3" and rank == 3 else 5
+    hwrng.manual_seed(seed, groups=[group], platform="cpu")
+    outcome = _outcome(hwrng.verify())
+    outcome["seed"] = hwrng.current_seeding().rank_seed  # type: ignore[union-attr]
+    return outcome
+
+
+def seeded_on_a_submesh() -> dict[str, Any]:
+    """Each dp row seeds on its own tp submesh (same shape, other ranks): one plan."""
+    mesh = _mesh_2x2()
+    hwrng.manual_seed(11, mesh["tp"], sharded_dims=["tp"], platform="cpu")
+    return _outcome(hwrng.verify())
+
+
+def megatron_named_state(judge_with_mesh: bool) -> dict[str, Any]:
+    """The Megatron preset on pp=2 x tp=2, and a named state with one seed on both tp ranks."""
+    from hwrng import presets
+
+    mesh = _mesh_2x2(("pp", "tp"))
+    rank = dist.get_rank()
+    pp, tp = divmod(rank, 2)
+    presets.megatron_manual_seed(1234, pp_rank=pp, tp_rank=tp, platform="cpu")
+    tracker = hwrng.RNGStatesTracker("cpu", name="user")
+    tracker.add("my-tp-rng", 999 + 100 * pp)
+    try:
+        if judge_with_mesh:
+            report = hwrng.verify(mesh, sharded_dims=["pp", "tp"], streams=["state:user/my-tp-rng"])
+        else:
+            report = hwrng.verify()
+        return _outcome(report)
+    finally:
+        presets.get_rng_tracker("cpu").reset()
+        del tracker
+
+
+def pipeline_stages(fault: str) -> dict[str, Any]:
+    """pp=2 x tp=2 sharded along pp and tp; each stage runs its own DTensor ops on its tp mesh."""
+    mesh = _mesh_2x2(("pp", "tp"))
+    rank = dist.get_rank()
+    hwrng.manual_seed(7, mesh, sharded_dims=["pp", "tp"], platform="cpu")
+    stage = mesh["tp"]
+    hwrng.dtensor.install("cpu")
+    try:
+        if rank < 2:
+            distribute_tensor(torch.zeros(4, 4), stage, [Shard(0)]).uniform_()
+        else:
+            distribute_tensor(torch.zeros(8, 2), stage, [Shard(0)]).normal_()
+            torch.nn.functional.dropout(distribute_tensor(torch.ones(16), stage, [Replicate()]))
+        if fault == "one more op on rank 3" and rank == 3:
+            DTensor.from_local(torch.zeros(4), stage, [Replicate()], run_check=False).uniform_()
+    finally:
+        hwrng.dtensor.uninstall()
+    return _outcome(hwrng.verify())
+
+
+def outside_the_group() -> str:
+    """verify(group=g) on ranks outside g refuses clearly; g's ranks get their report."""
+    group = dist.new_group([0, 1])
+    mesh = _mesh_2x2()
+    hwrng.manual_seed(42, mesh, sharded_dims=["tp"], platform="cpu")
+    try:
+        report = hwrng.verify(group=group)
+    except hwrng.HwrngError as error:
+        return f"{type(error).__name__}: {error}"
+    return f"report over {report.world_size} ranks, ok={report.ok}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,35 @@ def hwrng_platforms():
 """
 
 
+CRASHING_BACKEND = """import os
+from typing import ClassVar
+
+import hwrng
+from hwrng_cpu import CPUPlatform
+
+
+class CrashingCPU(CPUPlatform):
+    # the CPU, except that rank 1 cannot read its generator's counter
+    name: ClassVar[str] = "crashcpu"
+    priority: ClassVar[int] = -50
+
+    @property
+    def device_type(self):
+        return "cpu"
+
+    @property
+    def counter(self):
+        if os.environ.get("RANK") == "1":
+            raise RuntimeError("boom on rank 1")
+        return super().counter
+
+
+@hwrng.hookimpl
+def hwrng_platforms():
+    return [CrashingCPU()]
+"""
+
+
 def _check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hwrng", "check", *args],
@@ -82,7 +112,7 @@ def test_check_passes_and_reports_every_verdict() -> None:
         line = next(line for line in out.splitlines() if check in line)
         assert " PASS " in line, line
     assert "FAIL" not in out
-    assert out.rstrip().splitlines()[-1].startswith("hwrng check: PASSED (")
+    assert re.match(r"hwrng check: PASSED \(14 checks\) in \d", out.rstrip().splitlines()[-1])
     assert "starting 4 rank(s)" in result.stderr and "ready in" in result.stderr
 
 
@@ -108,7 +138,8 @@ def test_a_backend_that_cannot_position_its_generator_fails(
     failing = [line for line in result.stdout.splitlines() if " FAIL " in line]
     assert any(line.startswith("normal_ on (16, 3), Shard(0) on tp") for line in failing)
     assert "should differ but drew alike" in result.stdout
-    assert result.stdout.rstrip().splitlines()[-1].startswith("hwrng check: FAILED (")
+    verdict = result.stdout.rstrip().splitlines()[-1]
+    assert re.match(r"hwrng check: FAILED \(\d+ of 14 checks\) in \d", verdict), verdict
 
 
 @pytest.mark.parametrize(
@@ -133,3 +164,83 @@ def test_nproc_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
         main(["check", "--nproc", "0"])
     assert caught.value.code == 2 and "--nproc: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_rank_that_crashes_exits_3_with_one_line_and_json(tmp_path: Path) -> None:
+    write_distribution(
+        tmp_path, "crashcpu-hwrng", "0.1", "crashcpu_hwrng", CRASHING_BACKEND, "crashcpu"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    result = _check("--backend", "crashcpu", "--nproc", "2", "--mesh", "dp=2", "--json", env=env)
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
+    ours = [line for line in result.stderr.splitlines() if line.startswith("hwrng check")]
+    assert ours == [ours[0]] and ours[0].startswith(
+        "hwrng check: crashed: rank 1 failed: RuntimeError: boom on rank 1"
+    ), result.stderr[-3000:]
+    document = json.loads(result.stdout)
+    assert document["status"] == "crashed" and document["exit_status"] == 3
+    assert document["ok"] is False and "boom on rank 1" in document["error"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nproc", "0"], "argument --nproc: must be >= 1, got 0"),
+        (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
+        (["--nosuch"], "unrecognized arguments: --nosuch"),
+    ],
+)
+def test_parser_errors_are_one_line(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["check", *args])
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and err.endswith(f"error: {message}\n") and err.count("\n") == 1
+
+
+def test_bad_arguments_under_json_print_a_json_status(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["check", "--json", "--nproc", "0"])
+    document = json.loads(capsys.readouterr().out)
+    assert document == {
+        "ok": False,
+        "status": "bad arguments",
+        "exit_status": 2,
+        "error": "hwrng check: error: argument --nproc: must be >= 1, got 0",
+    }
+    assert main(["check", "--json", "--sharded", "ep"]) == 2
+    document = json.loads(capsys.readouterr().out)
+    assert document["status"] == "bad arguments" and "'ep' not in the mesh" in document["error"]
+
+
+def test_nproc_beyond_what_the_cpu_can_run_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    limit = max(8, 4 * (os.cpu_count() or 1))
+    assert main(["check", "--nproc", str(limit + 1)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hwrng check: error: --nproc {limit + 1}, but this machine runs at most")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("present", [("RANK", "WORLD_SIZE"), ("RANK", "WORLD_SIZE", "LOCAL_RANK")])
+def test_launcher_variables_without_master_addr_are_refused(
+    present: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name in present:
+        monkeypatch.setenv(name, "0" if name != "WORLD_SIZE" else "2")
+    assert main(["check"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hwrng check: error: {', '.join(present)} set but ")
+    assert err.count("\n") == 1 and "MASTER_ADDR" in err and "torchrun" in err
+
+
+def test_a_crash_summary_names_the_rank_that_raised_not_those_left_waiting() -> None:
+    from hwrng._launch import WorkerError
+
+    waiting = "no answer in time (waiting in a collective for a failed rank?)"
+    traceback = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: boom\n'
+    error = WorkerError("4 rank(s) failed", ((0, waiting), (1, traceback), (2, waiting)))
+    assert error.summary() == "rank 1 failed: RuntimeError: boom; rank(s) 0, 2 gave no answer"
+    assert WorkerError("all hung", ((0, waiting),)).summary() == f"rank 0 failed: {waiting}"

@@ -1,0 +1,122 @@
+"""hwrng.verify over 4 real gloo ranks: never hangs, compares plans, knows pipeline stages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import dist_verify_checks as checks
+import pytest
+
+from hwrng._launch import DistributedPool
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[DistributedPool]:
+    with DistributedPool(4, timeout=120) as started:
+        yield started
+
+
+def _one_verdict(results: list[dict[str, Any]]) -> dict[str, Any]:
+    first = results[0]
+    assert all(r["failures"] == first["failures"] for r in results), "one report everywhere"
+    assert all(r["unjudged"] == first["unjudged"] for r in results), "one report everywhere"
+    return first
+
+
+def test_a_rank_without_a_plan_gets_every_rank_a_setup_verdict(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.one_rank_cannot_build, "reseeded itself"))
+    assert set(result["failures"]) == {"setup"}
+    ranks, problems = result["failures"]["setup"]
+    assert ranks == [1]
+    assert problems == [
+        "setup failed on rank 1: MeshError: no seed plan is in force (seeded by other means "
+        "than hwrng.manual_seed or a preset): pass mesh= and sharded_dims= to say which ranks "
+        "should be replicas"
+    ]
+
+
+def test_a_stream_one_rank_lacks_gets_every_rank_a_setup_verdict(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.one_rank_cannot_build, "unknown stream"))
+    ranks, problems = result["failures"]["setup"]
+    assert ranks == [3]
+    assert problems[0].startswith("setup failed on rank 3: InvalidArgumentError: unknown stream")
+
+
+@pytest.mark.parametrize(
+    ("case", "error"),
+    [
+        ("streams as one string", "InvalidArgumentError"),
+        ("sharded_dims without a mesh", "MeshError"),
+        ("a mesh that is not a DeviceMesh", "MeshError"),
+    ],
+)
+def test_bad_arguments_raise_alike_before_any_collective(
+    pool: DistributedPool, case: str, error: str
+) -> None:
+    assert (
+        pool.run(checks.bad_arguments_refused_before_any_collective, case)
+        == [f"{error} after 0 collective(s)"] * 4
+    )
+
+
+def test_correct_process_groups_pass(pool: DistributedPool) -> None:
+    results = pool.run(checks.groups_of_another_rank, "none")
+    assert [r["seed"] for r in results] == [5, 6, 5, 6]
+    assert _one_verdict(results)["ok"], results[0]["text"]
+
+
+def test_a_rank_seeded_with_another_ranks_group_fails(pool: DistributedPool) -> None:
+    results = pool.run(checks.groups_of_another_rank, "dp group on rank 1")
+    assert [r["seed"] for r in results] == [5, 5, 5, 6], "rank 1 took its tp peer's seed"
+    result = _one_verdict(results)
+    ranks, problems = result["failures"]["plan"]
+    assert ranks == [0, 1], result["text"]
+    assert "is not the group its other members hold" in problems[0]
+
+
+def test_a_rank_with_another_seed_fails_the_plan(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.groups_of_another_rank, "another seed on rank 3"))
+    ranks, problems = result["failures"]["plan"]
+    assert ranks == [3] and problems[0].startswith("ranks disagree on the seed plan: rank 3")
+
+
+def test_plans_on_submeshes_of_one_shape_agree(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.seeded_on_a_submesh))
+    assert result["ok"], result["text"]
+
+
+def test_after_megatron_named_states_are_reported_unjudged(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.megatron_named_state, False))
+    assert result["ok"], result["text"]
+    assert result["unjudged"]["state:user/my-tp-rng"].startswith(
+        "ranks that the megatron plan (its terms: pp) does not tell apart were not compared"
+    )
+    assert "PARTLY" in result["text"] and "not judged: " in result["text"]
+
+
+def test_after_megatron_a_mesh_judges_named_states(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.megatron_named_state, True))
+    ranks, problems = result["failures"]["state:user/my-tp-rng"]
+    assert ranks == [0, 1, 2, 3] and problems[0].startswith("shards draw alike: rank 0")
+
+
+def test_pipeline_stages_pass_without_naming_a_stage_mesh(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.pipeline_stages, "none"))
+    assert result["ok"], result["text"]
+
+
+def test_a_stage_rank_that_ran_one_more_op_is_named(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.pipeline_stages, "one more op on rank 3"))
+    assert set(result["failures"]) == {"dtensor"}, result["text"]
+    ranks, problems = result["failures"]["dtensor"]
+    assert ranks == [2, 3] and "no majority" in problems[0]
+
+
+def test_verify_on_a_group_refuses_ranks_outside_it(pool: DistributedPool) -> None:
+    results = pool.run(checks.outside_the_group)
+    assert results[:2] == ["report over 2 ranks, ok=True"] * 2
+    for rank in (2, 3):
+        assert results[rank].startswith(
+            f"DistributedError: this rank ({rank}) is not a member of the group given to verify"
+        )

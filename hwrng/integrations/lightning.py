@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.fabric.utilities.data import _set_sampler_epoch
 
 from hwrng._checkpoint import OnMismatch
 from hwrng._platform import Platform
@@ -35,7 +36,7 @@ from hwrng.integrations._world import MeshLike, check_world, seed_world
 __all__ = ["AllRanksRNGState", "HwrngCallback", "seed_fabric"]
 
 
-class HwrngCallback(pl.Callback):  # type: ignore[misc]  # Lightning is untyped to mypy here
+class HwrngCallback(pl.Callback):
     """Seed each rank for its place in the mesh, verify, and checkpoint every rank's streams.
 
     - ``setup`` (every stage, once torch.distributed is up): :func:`hwrng.manual_seed`
@@ -67,8 +68,9 @@ class HwrngCallback(pl.Callback):  # type: ignore[misc]  # Lightning is untyped 
     Notes
     -----
     Use ``DataLoader(worker_init_fn=hwrng.worker_init_fn)`` for augmentations
-    in workers, and checkpoint at epoch ends (Lightning restarts a
-    mid-epoch dataloader from its beginning).
+    in workers. Tested: checkpoints at epoch ends resume bit for bit. A
+    mid-epoch checkpoint also needs the sampler's position, which hwrng does
+    not hold (see the README's checkpoint section).
     """
 
     def __init__(
@@ -101,9 +103,21 @@ class HwrngCallback(pl.Callback):  # type: ignore[misc]  # Lightning is untyped 
         if self.verify:
             check_world(self._seeded_mesh)
 
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Restore the checkpoint's streams, if one was loaded: see :meth:`load_state_dict`."""
+        if self._pending is None:
+            return
         self._restore_pending()
+        fit_loop = trainer.fit_loop
+        if fit_loop.restarted_mid_epoch or fit_loop._combined_loader is None:
+            return
+        # Resuming at an epoch boundary, Lightning made the epoch's iterator before it set the
+        # samplers' epoch: with workers, a DistributedSampler's indices were already drawn in
+        # epoch 0's order (measured with 2.6.6). Set the epoch and make the iterator again,
+        # from the restored streams, as the uninterrupted run did.
+        for loader in fit_loop._combined_loader.flattened:
+            _set_sampler_epoch(loader, fit_loop.epoch_progress.current.processed)
+        iter(fit_loop._data_fetcher)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Outside fitting (``trainer.validate(ckpt_path=...)``), restore the streams here."""
@@ -123,13 +137,14 @@ class HwrngCallback(pl.Callback):  # type: ignore[misc]  # Lightning is untyped 
         return self._state.state_dict()
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Check the checkpoint's entry for this rank now; restore it when the epoch starts.
+        """Check the checkpoint's entry for this rank now; restore it when training starts.
 
         Lightning restores callbacks before it sets up its data, and setting
-        up draws from torch's generator once per ``fit`` (an uninterrupted run
-        drew that before its checkpoint); the streams therefore come back at
-        ``on_train_epoch_start``, the point where the uninterrupted run saved
-        them. A checkpoint of another world size or format is refused here.
+        up makes a data-loader iterator (a draw from torch's generator); the
+        streams therefore come back in ``on_train_start`` (or when a
+        validate, test or predict run starts), which then makes the
+        iterator again. A checkpoint of another world size or format is
+        refused here, before anything changes.
         """
         self._state.check(state_dict)
         self._pending = state_dict

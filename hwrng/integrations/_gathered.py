@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hwrng._checkpoint import OnMismatch, _from_bytes, _to_bytes, _where, load_state_dict, state_dict
+from hwrng._checkpoint import (
+    OnMismatch,
+    _from_bytes,
+    _to_bytes,
+    _where,
+    load_state_dict,
+    state_dict,
+)
 from hwrng._exceptions import CheckpointError
 from hwrng._platform import Platform
 
@@ -69,7 +76,7 @@ class AllRanksRNGState:
         return {"format": FORMAT, "world_size": world_size, "ranks": gathered}
 
     def check(self, state_dict: Mapping[str, Any]) -> bytes:
-        """This rank's entry of ``state_dict``; raises :class:`~hwrng.CheckpointError` if unusable."""
+        """Return this rank's entry of ``state_dict``, or raise :class:`~hwrng.CheckpointError`."""
         rank, world_size = _where()
         if not isinstance(state_dict, Mapping) or state_dict.get("format") != FORMAT:
             found = state_dict.get("format") if isinstance(state_dict, Mapping) else state_dict
@@ -82,7 +89,8 @@ class AllRanksRNGState:
                 f"refusing to restore this RNG state: it was written by {len(ranks)} ranks "
                 f"(here {world_size}); pass on_mismatch='reseed' to re-derive the streams"
             )
-        return ranks[rank] if rank < len(ranks) else ranks[0]
+        entry: bytes = ranks[rank] if rank < len(ranks) else ranks[0]
+        return entry
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore this rank's own entry, or refuse (naming why) before anything changes."""

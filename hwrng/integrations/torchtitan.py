@@ -1,4 +1,4 @@
-"""hwrng in torchtitan: seed on torchtitan's mesh and save every rank's RNG state in its checkpoints.
+"""hwrng in torchtitan: seed on its mesh and save every rank's RNG state in its checkpoints.
 
 torchtitan alone: ``set_determinism`` seeds torch's CPU generator and DTensor's
 tracker (the seed plus the rank's index along ``distinct_seed_mesh_dims``) but

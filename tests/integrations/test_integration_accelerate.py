@@ -9,18 +9,18 @@ unreadable, which accelerate alone logs at INFO and ignores (xfail).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("accelerate", reason="the accelerate extra is not installed")
 
-import accelerate_checks as checks  # noqa: E402
-import trainer_data  # noqa: E402
+import accelerate_checks as checks
+import trainer_data
 
-from hwrng._launch import DistributedPool  # noqa: E402
+from hwrng._launch import DistributedPool
 
 EPOCHS, SAVE_AFTER = 2, 0  # N = 2 steps, then M = 2 steps
 STEPS = trainer_data.ITEMS // (2 * trainer_data.BATCH)

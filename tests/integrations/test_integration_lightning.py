@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("lightning", reason="the lightning extra is not installed")
 
-import lightning_checks as checks  # noqa: E402
-import trainer_data  # noqa: E402
+import lightning_checks as checks
+import trainer_data
 
-from hwrng._launch import DistributedPool  # noqa: E402
+from hwrng._launch import DistributedPool
 
 EPOCHS, RESUME_AFTER = 2, 0  # checkpoint of epoch 0 (N = 2 steps), then M = 2 steps
 STEPS = trainer_data.ITEMS // (2 * trainer_data.BATCH)

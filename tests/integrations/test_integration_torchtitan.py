@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("torchtitan", reason="the torchtitan extra is not installed")
 
-import torchtitan_checks as checks  # noqa: E402
-import trainer_data  # noqa: E402
+import torchtitan_checks as checks
+import trainer_data
 
-from hwrng._launch import DistributedPool  # noqa: E402
+from hwrng._launch import DistributedPool
 
 STEPS_PER_EPOCH = trainer_data.ITEMS // (2 * trainer_data.BATCH)
 STEPS, SAVE_AT = 2 * STEPS_PER_EPOCH, STEPS_PER_EPOCH
@@ -31,7 +31,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, tuple[str, l
     with DistributedPool(2, timeout=300) as pool:
         for with_hwrng in (True, False):
             directory = str(tmp_path_factory.mktemp(f"torchtitan-{with_hwrng}"))
-            runs[with_hwrng] = (directory, pool.run(checks.train, directory, STEPS, SAVE_AT, with_hwrng))
+            runs[with_hwrng] = (
+                directory,
+                pool.run(checks.train, directory, STEPS, SAVE_AT, with_hwrng),
+            )
     return runs
 
 

@@ -51,7 +51,7 @@ class NoSchedulers:
 def _run(directory: str, steps: int, save_at: int, with_hwrng: bool, load: bool) -> list[float]:
     dims = ParallelDims(dp_replicate=1, dp_shard=2, cp=1, tp=1, pp=1, ep=1, world_size=2)
     mesh = dims.world_mesh
-    set_determinism(dims, torch.device("cpu"), DebugConfig(seed=SEED), ["fsdp"])
+    set_determinism(dims, torch.device("cpu"), DebugConfig(seed=SEED), ["dp_shard"])
     if with_hwrng:
         hwrng_titan.seed(mesh, SEED, sharded_dims=mesh.mesh_dim_names)
     net = trainer_data.model()
@@ -65,8 +65,13 @@ def _run(directory: str, steps: int, save_at: int, with_hwrng: bool, load: bool)
         worker_init_fn=hwrng.worker_init_fn if with_hwrng else None,
     )
     checkpointer = CheckpointManager(
-        CheckpointManager.Config(enable=True, folder="ckpt", interval=save_at, keep_latest_k=0,
-                                 last_save_model_only=False),
+        CheckpointManager.Config(
+            enable=True,
+            folder="ckpt",
+            interval=save_at,
+            keep_latest_k=0,
+            last_save_model_only=False,
+        ),
         dataloader=None,
         model_parts=[net],
         optimizers=optimizers,

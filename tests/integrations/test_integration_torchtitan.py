@@ -1,7 +1,8 @@
 """hwrng's torchtitan integration against the real torchtitan (2 gloo CPU ranks).
 
 torchtitan's Trainer is not run (it builds models from its registry for an
-accelerator); its seeding (``set_determinism`` on a ``ParallelDims`` mesh) and its
+accelerator); its seeding (``set_determinism`` on a ``ParallelDims`` mesh, pipeline-only: on the
+CPU its DTensor seeding fails inside torch) and its
 ``CheckpointManager`` (DCP) are exercised directly around the shared small training
 loop: train 4 steps with a checkpoint at step 2; fresh processes load step 2 through
 the manager and train 2 steps. With :func:`seed` and :func:`attach` the losses match

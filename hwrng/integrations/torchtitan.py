@@ -9,7 +9,7 @@ With hwrng, next to torchtitan's own calls (``set_determinism`` first, for its
 determinism flags; hwrng's seeding then replaces its seeds)::
 
     set_determinism(parallel_dims, device, debug_config, distinct_seed_mesh_dims=["pp"])
-    hwrng_titan.seed(parallel_dims.world_mesh, 1234, sharded_dims=["pp"])
+    hwrng_titan.seed(parallel_dims.get_mesh("pp"), 1234, sharded_dims=["pp"])
     checkpointer = CheckpointManager(config, ..., states={"train_state": trainer})
     hwrng_titan.attach(checkpointer)  # every rank's streams saved and loaded with the rest
 
@@ -51,7 +51,8 @@ def seed(
     Parameters
     ----------
     mesh
-        torchtitan's ``parallel_dims.world_mesh`` (or any DeviceMesh of the job).
+        A DeviceMesh of the job with named dims, e.g. ``parallel_dims.get_mesh("pp")``
+        (torchtitan 0.3.0's ``world_mesh`` is flat: one dim named ``world``).
     seed
         The job's seed, the same on every rank.
     sharded_dims

@@ -52,10 +52,9 @@ def _run(directory: str, steps: int, save_at: int, with_hwrng: bool, load: bool)
     # On the CPU, set_determinism's DTensor seeding fails inside torch (device_count() is 0);
     # its pipeline-only path (world size == pp) seeds per stage and skips DTensor: use that.
     dims = ParallelDims(dp_replicate=1, dp_shard=1, cp=1, tp=1, pp=2, ep=1, world_size=2)
-    mesh = dims.world_mesh
     set_determinism(dims, torch.device("cpu"), DebugConfig(seed=SEED), ["pp"])
     if with_hwrng:
-        hwrng_titan.seed(mesh, SEED, sharded_dims=["pp"])
+        hwrng_titan.seed(dims.get_mesh("pp"), SEED, sharded_dims=["pp"])
     net = trainer_data.model()
     optimizers = Optimizers(net)
     sampler = torch.utils.data.DistributedSampler(trainer_data.Augmented(), seed=SEED)

@@ -56,6 +56,8 @@ def _run(directory: str, steps: int, save_at: int, with_hwrng: bool, load: bool)
     if with_hwrng:
         hwrng_titan.seed(dims.get_mesh("pp"), SEED, sharded_dims=["pp"])
     net = trainer_data.model()
+    # data parallel: every rank holds the same weights (DCP saves a replicated key once)
+    ddp = torch.nn.parallel.DistributedDataParallel(net)
     optimizers = Optimizers(net)
     sampler = torch.utils.data.DistributedSampler(trainer_data.Augmented(), seed=SEED)
     loader = torch.utils.data.DataLoader(
@@ -93,7 +95,7 @@ def _run(directory: str, steps: int, save_at: int, with_hwrng: bool, load: bool)
         sampler.set_epoch(epoch)
         for x, y in loader:
             step += 1
-            loss = torch.nn.functional.mse_loss(net(x), y)
+            loss = torch.nn.functional.mse_loss(ddp(x), y)
             loss.backward()
             optimizers.optimizer.step()
             optimizers.optimizer.zero_grad()

@@ -1,0 +1,54 @@
+"""Seeding and verifying a trainer's ranks: what every integration does at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Union
+
+from hwrng._checkpoint import _where
+from hwrng._platform import Platform
+from hwrng._registry import resolve_platform
+from hwrng._seeding import manual_seed
+from hwrng._verify import verify
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+__all__ = ["MeshLike", "check_world", "seed_world"]
+
+# A mesh, or a function that builds one once torch.distributed is up (the trainer starts it).
+MeshLike = Union["DeviceMesh", Callable[[], "DeviceMesh"], None]
+
+
+def seed_world(
+    seed: int,
+    mesh: MeshLike,
+    sharded_dims: Sequence[str] | None,
+    platform: Platform | str | None,
+) -> DeviceMesh | None:
+    """Seed this rank with :func:`hwrng.manual_seed` and return the mesh it was seeded for.
+
+    ``mesh=None`` in a distributed job means data parallelism: a 1-D mesh
+    ``("dp",)`` over the world, every rank its own seed (``sharded_dims``
+    defaults to every dim of the mesh). A single process is seeded alone.
+    """
+    _, world_size = _where()
+    resolved = resolve_platform(platform)
+    built = mesh() if callable(mesh) else mesh
+    if built is None and world_size > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        built = init_device_mesh(resolved.device_type, (world_size,), mesh_dim_names=("dp",))
+    if built is None:
+        manual_seed(seed, platform=resolved)
+        return None
+    dims = sharded_dims if sharded_dims is not None else tuple(built.mesh_dim_names or ())
+    manual_seed(seed, built, sharded_dims=dims, platform=resolved)
+    return built
+
+
+def check_world(mesh: DeviceMesh | None) -> None:
+    """Run :func:`hwrng.verify` over the job (a collective) and raise if any stream is wrong."""
+    _, world_size = _where()
+    if world_size > 1:
+        verify(mesh).raise_if_failed()

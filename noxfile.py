@@ -1,0 +1,74 @@
+"""hwrng's version matrix: the test suite on each torch hwrng claims, each in its own venv.
+
+Run every cell with ``nox -s tests``, one with ``nox -s "tests(torch='2.15.0')"``, and
+narrow a cell with pytest arguments after ``--`` (``nox -s tests -- tests/test_cuda.py``).
+``.ci/run`` runs them all. Each cell is described by a :class:`Cell`; a new session
+(another tool, another selection) is one more ``@nox.session`` function below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import nox
+
+nox.options.error_on_missing_interpreters = True
+nox.options.reuse_existing_virtualenvs = True
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One torch of the matrix: how it is installed, and what runs on it.
+
+    Attributes
+    ----------
+    requirement
+        The pip requirement that installs this torch.
+    unconstrained
+        True where the torch lies above this machine's global pip cap
+        (``/etc/xdg/pip/constraints.txt``): its install command alone runs
+        with ``PIP_CONSTRAINT=/dev/null``.
+    triton
+        True where the cell must check the fused Triton kernel in Triton's
+        CPU interpreter (the CUDA wheels of torch bring Triton as a dependency):
+        the session fails if Triton is missing instead of letting the test skip.
+    """
+
+    requirement: str
+    unconstrained: bool = False
+    triton: bool = False
+
+
+#: The matrix, by torch version: the floor ``pyproject.toml`` claims, the torch CI's own
+#: environment uses (its CPU wheel, no CUDA libraries), and the newest release.
+#: Every cell runs the whole suite (about 4 minutes each on 2 cores).
+CELLS: dict[str, Cell] = {
+    "2.11.0": Cell("torch==2.11.0", triton=True),
+    "2.13.0": Cell("torch==2.13.0+cpu"),
+    "2.15.0": Cell("torch==2.15.0", unconstrained=True, triton=True),
+}
+
+
+def _install(session: nox.Session, cell: Cell) -> None:
+    """Install the cell's torch and hwrng with its test extra in one pip command.
+
+    One command, so that pip resolves hwrng's ``torch>=`` against the torch just
+    named instead of reinstalling a capped one on a second command.
+    """
+    env = {"PIP_CONSTRAINT": "/dev/null"} if cell.unconstrained else {}
+    session.install(cell.requirement, "-e", ".[test]", env=env)
+
+
+@nox.session
+@nox.parametrize("torch", list(CELLS))
+def tests(session: nox.Session, torch: str) -> None:
+    """The test suite on one torch of the matrix, CPU only."""
+    cell = CELLS[torch]
+    _install(session, cell)
+    session.run("python", "-c", "import torch; print('torch', torch.__version__)")
+    if cell.triton:
+        # The interpreter test skips where Triton is absent; here that is a failure.
+        session.run("python", "-c", "import triton; print('triton', triton.__version__)")
+    # This worktree's code, not a copy installed elsewhere.
+    session.env.pop("PYTHONPATH", None)
+    session.run("python", "-m", "pytest", "-q", *session.posargs)

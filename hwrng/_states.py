@@ -204,7 +204,7 @@ class RNGStatesTracker:
 
         What to do with them depends on torch:
 
-        * torch 2.11 to 2.13: a graph must know each before capture;
+        * torch < 2.14: a graph must know each before capture;
           :meth:`register_graph_states` calls ``graph.register_generator_state``
           for each.
         * torch >= 2.14: nothing. A capture registers every generator state it

@@ -11,9 +11,14 @@ what the adapter changes besides the tracker itself:
 * ``log_normal_``, ``exponential_``, ``geometric_``, ``cauchy_`` and ``random_``,
   which torch does not treat as random ops (every shard drew the same numbers),
   get DTensor op handlers that run them in the tracked region;
-* torch's ``run_dtensor_rng_op`` -- how torch runs plain CUDA DTensor random
-  ops, asking the tracker only for offsets -- gets a CUDA kernel that draws
-  through hwrng's region, with the seed common to the op's mesh.
+* torch's ``run_dtensor_rng_op`` -- how torch runs plain DTensor random ops on
+  an accelerator (2.14: CUDA; 2.15: ``torch.accelerator.current_accelerator()``),
+  asking the tracker only for offsets -- gets a kernel that draws through
+  hwrng's region, with the seed common to the op's mesh, for the platform's
+  dispatch key (:attr:`hwrng.Platform.dispatch_key`: ``CUDA``, ``XPU``,
+  ``PrivateUse1``, ...) and for ``BackendSelect``. :func:`kernel_key` checks,
+  before anything changes, that the key is the one torch routes the platform's
+  tensors to.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import torch
 from hwrng._exceptions import DTensorHookError, MeshError
 from hwrng._platform import Platform
 
-__all__ = ["EXTRA_RANDOM_OPS", "MIN_TORCH", "Patches", "check"]
+__all__ = ["EXTRA_RANDOM_OPS", "MIN_TORCH", "Patches", "check", "kernel_key"]
 
 #: The oldest torch whose DTensor RNG hook this adapter is written for: 2.9 is the first
 #: release whose ``_distribute_region`` takes a user's generator (pytorch/pytorch#159933).
@@ -126,6 +131,45 @@ def _cuda_rng_op() -> Any:
     return op
 
 
+def kernel_key(platform: Platform) -> Any:
+    """The ``torch._C.DispatchKey`` hwrng's ``run_dtensor_rng_op`` kernel is registered for.
+
+    Returns ``None`` on a torch without ``run_dtensor_rng_op`` (before 2.10).
+
+    Raises
+    ------
+    DTensorHookError
+        If ``platform.dispatch_key`` is not a dispatch key, torch names no key
+        for the platform's device type, or torch would route the platform's
+        tensors to another key: its DTensor random ops would then run a kernel
+        that is not hwrng's (torch's own, or none).
+    """
+    if _cuda_rng_op() is None:
+        return None
+    from torch._C import DispatchKey
+
+    name = platform.dispatch_key
+    key = getattr(DispatchKey, name, None) if isinstance(name, str) else None
+    if not isinstance(key, DispatchKey):
+        raise DTensorHookError(
+            f"the {platform.name} platform's dispatch_key {name!r} is not a torch DispatchKey name"
+        )
+    try:
+        routed = str(torch._C._dispatch_key_for_device(platform.device_type))
+    except RuntimeError as error:
+        raise DTensorHookError(
+            f"torch {torch.__version__} names no dispatch key for the {platform.name} "
+            f"platform's device type {platform.device_type!r}: {error}"
+        ) from error
+    if routed != name:
+        raise DTensorHookError(
+            f"torch routes {platform.device_type} tensors to dispatch key {routed}, but the "
+            f"{platform.name} platform's dispatch_key is {name}: its DTensor random ops would "
+            f"run torch's run_dtensor_rng_op kernel at {routed}, not hwrng's"
+        )
+    return key
+
+
 def _random_inplace_handler(op_call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Run an in-place random op on a DTensor's local shard inside the tracked region."""
     from torch.distributed.tensor import DTensor, _random
@@ -195,11 +239,12 @@ class Patches:
         setattr(self.module, "is_rng_supported_mesh", is_rng_supported_mesh)  # noqa: B010
         self.handlers.update(set_op_handlers(_extra_random_ops(), _random_inplace_handler))
         cuda_op = _cuda_rng_op()
-        if cuda_op is not None:
+        device_key = kernel_key(self.platform)
+        if cuda_op is not None and device_key is not None:
             from torch._C import DispatchKey
 
-            kernel = _cuda_kernel(tracker)
-            for key in (DispatchKey.CUDA, DispatchKey.BackendSelect):
+            kernel = _rng_op_kernel(tracker)
+            for key in dict.fromkeys((device_key, DispatchKey.BackendSelect)):
                 self.kernels[key] = cuda_op.py_kernels.get(key)
                 cuda_op.py_kernels[key] = kernel
             cuda_op._dispatch_cache.clear()
@@ -219,8 +264,8 @@ class Patches:
             cuda_op._dispatch_cache.clear()
 
 
-def _cuda_kernel(tracker: Any) -> Any:
-    """A CUDA kernel for ``run_dtensor_rng_op`` that draws through hwrng's region.
+def _rng_op_kernel(tracker: Any) -> Any:
+    """A kernel for ``run_dtensor_rng_op`` that draws through hwrng's region.
 
     torch calls the tracker's ``_compute_rng_offsets(spec)`` and then this
     operator with the offsets; the tracker leaves the seed choice for the op in

@@ -147,6 +147,22 @@ class Platform(abc.ABC):
         return self.name
 
     @property
+    def dispatch_key(self) -> str:
+        """The name of torch's dispatch key for this platform's tensors.
+
+        ``"CUDA"``, ``"XPU"``, ``"PrivateUse1"`` (an out-of-tree device such as
+        Ascend's ``npu``), ``"CPU"``: the key torch dispatches an operator on a
+        tensor of :attr:`device_type` to, derived from it by torch
+        (``torch._C._dispatch_key_for_device``). :func:`hwrng.dtensor.install`
+        registers hwrng's kernel of torch's ``run_dtensor_rng_op`` operator (how
+        torch >= 2.14 runs DTensor random ops on an accelerator) for this key, and
+        refuses a platform whose key is not the one torch routes its tensors to.
+        Override it only for a device type torch cannot name yet when the
+        platform is created; the value must be a ``torch._C.DispatchKey`` name.
+        """
+        return str(torch._C._dispatch_key_for_device(self.device_type))
+
+    @property
     @abc.abstractmethod
     def device_handle(self) -> Any:
         """The torch device module (``torch.cuda``, ``torch.npu``, ``torch.cpu``, ...)."""

@@ -23,7 +23,13 @@ from hwrng._platform import DeviceLike, Platform
 from hwrng._registry import resolve_platform
 from hwrng._validation import apply_state, check_seed, check_state_tensor
 
-__all__ = ["DEFAULT_STATE_NAME", "RNGStatesTracker", "live_trackers"]
+__all__ = [
+    "DEFAULT_STATE_NAME",
+    "GRAPH_STATES_PER_CAPTURE_TORCH",
+    "RNGStatesTracker",
+    "graph_states_registered_per_capture",
+    "live_trackers",
+]
 
 #: The name Megatron-LM uses for its tensor-parallel stream, and fork's default.
 DEFAULT_STATE_NAME = "model-parallel-rng"
@@ -31,6 +37,21 @@ DEFAULT_STATE_NAME = "model-parallel-rng"
 _names_lock = threading.Lock()
 _live: weakref.WeakValueDictionary[str, RNGStatesTracker] = weakref.WeakValueDictionary()
 _numbers = itertools.count(1)
+
+
+#: The first torch whose CUDA graph captures register the generator states they use
+#: themselves, ``CUDAGraph.register_generator_state`` becoming a deprecated no-op.
+GRAPH_STATES_PER_CAPTURE_TORCH = (2, 14)
+
+
+def graph_states_registered_per_capture() -> bool:
+    """``True`` on a torch (>= 2.14) whose CUDA graph captures register generator states."""
+    release = torch.__version__.split("+")[0].split(".")
+    try:
+        found = (int(release[0]), int(release[1]))
+    except (IndexError, ValueError):
+        return True  # an unparsable (future, local) build: never call the deprecated API
+    return found >= GRAPH_STATES_PER_CAPTURE_TORCH
 
 
 def live_trackers() -> dict[str, RNGStatesTracker]:
@@ -179,13 +200,54 @@ class RNGStatesTracker:
                 self._states[name] = platform.swap_out(generator, token)
 
     def graph_states(self) -> list[torch.Generator]:
-        """The named states a CUDA graph must know before capture, on graph-safe platforms.
+        """The named states a CUDA graph captures forks of, on graph-safe platforms.
 
-        Register each before capturing forks: ``for state in tracker.graph_states():
-        graph.register_generator_state(state)``. Empty on platforms whose named
-        states are copied tensors (no ``"graph_safe_states"`` capability).
+        What to do with them depends on torch:
+
+        * torch < 2.14: a graph must know each before capture;
+          :meth:`register_graph_states` calls ``graph.register_generator_state``
+          for each.
+        * torch >= 2.14: nothing. A capture registers every generator state it
+          draws from itself (lazily, per capture), and
+          ``register_generator_state`` is a deprecated no-op that warns on each
+          call; :meth:`register_graph_states` then registers nothing.
+
+        Empty on platforms whose named states are copied tensors (no
+        ``"graph_safe_states"`` capability): nothing to register on any torch.
         """
         return [state for state in self._states.values() if isinstance(state, torch.Generator)]
+
+    def register_graph_states(self, graph: object) -> list[torch.Generator]:
+        """Make ``graph`` (a ``torch.cuda.CUDAGraph``) know the named states, as this torch needs.
+
+        Call it before capturing forks. On torch < 2.14 it registers each of
+        :meth:`graph_states` with ``graph.register_generator_state``; on torch
+        >= 2.14, where capture registers generator states itself and that call
+        is deprecated, it calls nothing.
+
+        Returns
+        -------
+        list of torch.Generator
+            The states it registered (empty on torch >= 2.14).
+
+        Raises
+        ------
+        TrackerError
+            If registration is needed and ``graph`` has no
+            ``register_generator_state``. Nothing is registered then.
+        """
+        if graph_states_registered_per_capture():
+            return []
+        states = self.graph_states()
+        register = getattr(graph, "register_generator_state", None)
+        if states and not callable(register):
+            raise TrackerError(
+                f"expected a torch.cuda.CUDAGraph, got {type(graph).__name__} without "
+                "register_generator_state"
+            )
+        for state in states:
+            register(state)  # type: ignore[misc]
+        return states
 
     def get_states(self) -> dict[str, torch.Tensor]:
         """Return a copy of every tracked state, name to CPU ``torch.uint8`` tensor."""

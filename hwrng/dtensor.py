@@ -25,7 +25,10 @@ seed, as torch does: replicas then agree only if the ranks' seeds do, which
 
 It works under torch's ``LocalTensorMode`` (simulated ranks), and under
 ``torch.compile`` (ordered custom ops position the generator when the graph
-runs). It also routes ``log_normal_``, ``exponential_``, ``geometric_``,
+runs). Where torch runs accelerator DTensor random ops through its
+``run_dtensor_rng_op`` operator (torch >= 2.14), hwrng's kernel of that operator
+is registered for the platform's :attr:`~hwrng.Platform.dispatch_key` (``CUDA``,
+``XPU``, ``PrivateUse1``, ...). It also routes ``log_normal_``, ``exponential_``, ``geometric_``,
 ``cauchy_`` and ``random_`` (left out by torch: every shard drew the same
 numbers), and makes DTensor's own ``manual_seed(seed, mesh)`` seed on a CPU
 mesh. It hooks private parts of torch, checked at :func:`install`.
@@ -35,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hwrng._dtensor_hooks import EXTRA_RANDOM_OPS, MIN_TORCH, Patches, check
+from hwrng._dtensor_hooks import EXTRA_RANDOM_OPS, MIN_TORCH, Patches, check, kernel_key
 from hwrng._dtensor_tracker import tracker_class
 from hwrng._exceptions import DTensorHookError
 from hwrng._invariant_dtensor import InvariantPatches
@@ -75,8 +78,11 @@ def install(platform: Platform | str | None = None, *, invariant: bool = False) 
     ------
     DTensorHookError
         If the installed torch's hook is not the one this adapter fits (naming
-        every private attribute that differs), or the platform lacks the
-        ``"dtensor"`` capability. Nothing is changed then.
+        every private attribute that differs), the platform lacks the
+        ``"dtensor"`` capability, or torch would route the platform's DTensor
+        random ops to a ``run_dtensor_rng_op`` kernel that is not hwrng's (its
+        :attr:`~hwrng.Platform.dispatch_key` is not the key torch dispatches its
+        device type's tensors to). Nothing is changed then.
     """
     global _previous, _patches, _invariant
     check_flag(invariant, "invariant")
@@ -88,6 +94,7 @@ def install(platform: Platform | str | None = None, *, invariant: bool = False) 
             "ops on its tensors do not draw from its generators"
         )
     module = check()
+    kernel_key(resolved)
     tracker = tracker_class(module.OffsetBasedRNGTracker)(resolved)
     if _patches is not None:
         _patches.undo()

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import torchtitan  # noqa: F401  # the extra must be installed: fail here, not at first use
 
-from hwrng._checkpoint import OnMismatch, RNGState
+from hwrng._checkpoint import OnMismatch
+from hwrng._dcp import RNGState
 from hwrng._exceptions import InvalidValueError
 from hwrng._platform import Platform
 from hwrng._seeding import manual_seed

@@ -9,7 +9,9 @@ where ``ranks[r]`` is rank ``r``'s :func:`hwrng.state_dict` (itself
 stream moves). Every rank gathers every rank's state, so the value is the same
 on every rank; DCP's deduplication of equal keys (with or without
 ``dedup_save_to_lowest_rank``) then drops only copies, and a load finds the
-one key whatever the world size, seeding or mesh of the loading job.
+one key whatever the world size, seeding or mesh of the loading job. For the
+same reason a checkpoint that only rank 0 writes (``torch.save`` of rank 0's
+dict, as Lightning and accelerate do) holds every rank's state.
 
 The value a load hands back is compared with the one this object built as
 the template: DCP replaces a value it fills with a new object, so the
@@ -23,9 +25,10 @@ all re-derive, or all refuse -- before any rank changes anything.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -155,9 +158,17 @@ class RNGState:
     planner with ``flatten_state_dict=False`` does not hand a ``Stateful``
     what it read, so that load is refused.
 
-    For an in-memory snapshot without DCP, use :func:`hwrng.state_dict` and
-    :func:`hwrng.load_state_dict`: handing this object back the very dict its
-    last :meth:`state_dict` returned reads as an entry DCP did not fill.
+    The same object serves checkpoints that only rank 0 writes (Lightning's
+    Trainer and Fabric, accelerate's ``register_for_checkpointing``; the
+    integrations in :mod:`hwrng.integrations` use it): those trainers call
+    :meth:`state_dict` on every rank and write rank 0's dict with
+    ``torch.save``, which holds every rank's state, and every rank loads the
+    file and calls :meth:`load_state_dict`. :meth:`check` splits a load into
+    the collective verdict and a later restore.
+
+    For an in-memory snapshot without a checkpoint, use :func:`hwrng.state_dict`
+    and :func:`hwrng.load_state_dict`: handing this object back the very dict
+    its last :meth:`state_dict` returned reads as an entry that was not filled.
 
     Parameters
     ----------
@@ -199,6 +210,33 @@ class RNGState:
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore, re-derive or refuse on every rank alike (see the class notes)."""
+        self.check(state_dict)()
+
+    def check(self, state_dict: Mapping[str, Any]) -> Callable[[], None]:
+        """Agree with every rank on what loading ``state_dict`` does; change nothing yet.
+
+        :meth:`load_state_dict` in two steps, for a trainer that must read
+        its checkpoint before the moment the streams should come back (the
+        Lightning callback checks in ``load_state_dict`` and restores when
+        training starts). This step is the collective: every rank must call
+        it with its copy of the entry, and every rank gets the same verdict,
+        so either every rank returns or every rank raises.
+
+        Returns
+        -------
+        Callable[[], None]
+            Carries out the agreed verdict on this rank: restores its streams
+            bit for bit, or re-derives them (and warns). It runs no collective
+            and checks nothing more: call it on every rank at the same point
+            of the job (each rank changes only its own streams), before
+            anything else reseeds or restores them.
+
+        Raises
+        ------
+        CheckpointError
+            On every rank when any rank refuses (naming that rank and why),
+            before any rank changes anything.
+        """
         rank, world_size = _where()
         local = self._local_verdict(state_dict, rank, world_size)
         votes = _all_gather((local.code, local.why, local.cannot_reseed), world_size)
@@ -213,8 +251,7 @@ class RNGState:
             )
         reseeds = [(r, why) for r, (code, why, _) in enumerate(votes) if code == _RESEED]
         if not reseeds and isinstance(local.verdict, _Restore):
-            _carry_out(local.verdict, platform, self.mesh)
-            return
+            return functools.partial(_carry_out, local.verdict, platform, self.mesh)
         if not reseeds:  # unreachable: a rank votes _RESTORE only with a _Restore
             raise CheckpointError(f"rank {rank}: internal error: no verdict to carry out")
         first, why = reseeds[0]
@@ -226,7 +263,7 @@ class RNGState:
                 f"cannot ({cannot}), so no rank changed anything"
             )
         local.fallback.why = local.why if local.code == _RESEED else f"rank {first}: {why}"
-        _carry_out(local.fallback, platform, self.mesh)
+        return functools.partial(_carry_out, local.fallback, platform, self.mesh)
 
     def _local_verdict(self, loaded: Mapping[str, Any], rank: int, world_size: int) -> _Local:
         """The verdict of this rank, and the job-wide re-derivation should any rank need one."""

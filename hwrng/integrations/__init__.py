@@ -7,13 +7,11 @@ package's siblings by accident (``hwrng`` itself imports no trainer)::
     from hwrng.integrations.accelerate import prepare_rng        # pip install "hwrng[accelerate]"
     from hwrng.integrations import torchtitan as hwrng_titan     # pip install "hwrng[torchtitan]"
 
-:class:`AllRanksRNGState` is what the Lightning and accelerate integrations put
-in their trainer's checkpoint: trainers that write one file from rank 0 get
-every rank's streams in it.
+Each checkpoints every rank's streams with :class:`hwrng.RNGState`, whether
+the trainer saves through DCP (torchtitan) or writes rank 0's dict alone
+(Lightning's Trainer and Fabric, accelerate).
 """
 
 from __future__ import annotations
 
-from hwrng.integrations._gathered import AllRanksRNGState
-
-__all__ = ["AllRanksRNGState"]
+__all__: list[str] = []

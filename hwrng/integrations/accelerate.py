@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from hwrng._checkpoint import OnMismatch
+from hwrng._dcp import RNGState
 from hwrng._exceptions import InvalidValueError
 from hwrng._platform import Platform
-from hwrng.integrations._gathered import AllRanksRNGState
 from hwrng.integrations._world import MeshLike, check_world, seed_world
 
-__all__ = ["AllRanksRNGState", "prepare_rng"]
+__all__ = ["prepare_rng"]
 
 
 def _check_sampler(accelerator: Any) -> None:
@@ -57,7 +57,7 @@ def prepare_rng(
     verify: bool = True,
     on_mismatch: OnMismatch = "error",
     platform: Platform | str | None = None,
-) -> AllRanksRNGState:
+) -> RNGState:
     """Seed each process for its place in the mesh, verify, and checkpoint every rank's streams.
 
     Call it on every process, before ``accelerator.prepare``, in place of
@@ -80,12 +80,13 @@ def prepare_rng(
 
     Returns
     -------
-    AllRanksRNGState
-        The state registered with ``accelerator.register_for_checkpointing``:
-        ``save_state`` stores every process's streams in
-        ``custom_checkpoint_<n>.pkl`` (written by the main process), and
-        ``load_state`` restores each its own, after accelerate's own RNG files,
-        or raises :class:`~hwrng.CheckpointError`.
+    RNGState
+        The :class:`hwrng.RNGState` registered with
+        ``accelerator.register_for_checkpointing``: ``save_state`` stores every
+        process's streams in ``custom_checkpoint_<n>.pkl`` (written by the main
+        process), and ``load_state`` restores each its own, after accelerate's
+        own RNG files, or raises :class:`~hwrng.CheckpointError` on every
+        process (when any one refuses) before any changes anything.
 
     Raises
     ------
@@ -96,6 +97,6 @@ def prepare_rng(
     seeded = seed_world(seed, mesh, sharded_dims, platform)
     if verify:
         check_world(seeded)
-    state = AllRanksRNGState(on_mismatch=on_mismatch, mesh=seeded, platform=platform)
+    state = RNGState(on_mismatch=on_mismatch, mesh=seeded, platform=platform)
     accelerator.register_for_checkpointing(state)
     return state

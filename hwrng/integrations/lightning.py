@@ -14,7 +14,7 @@ Fabric::
 
     fabric.launch()
     seed_fabric(1234)
-    state = {"model": model, "optimizer": optimizer, "rng": AllRanksRNGState()}
+    state = {"model": model, "optimizer": optimizer, "rng": hwrng.RNGState()}
     fabric.save(path, state)  # ... later, in fresh processes: fabric.load(path, state)
 
 Requires ``pip install "hwrng[lightning]"``.
@@ -22,18 +22,18 @@ Requires ``pip install "hwrng[lightning]"``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.fabric.utilities.data import _set_sampler_epoch
 
 from hwrng._checkpoint import OnMismatch
+from hwrng._dcp import RNGState
 from hwrng._platform import Platform
-from hwrng.integrations._gathered import AllRanksRNGState
 from hwrng.integrations._world import MeshLike, check_world, seed_world
 
-__all__ = ["AllRanksRNGState", "HwrngCallback", "seed_fabric"]
+__all__ = ["HwrngCallback", "seed_fabric"]
 
 
 class HwrngCallback(pl.Callback):
@@ -46,10 +46,10 @@ class HwrngCallback(pl.Callback):
     - ``on_fit_start``: :func:`hwrng.verify` over every rank; raises
       :class:`~hwrng.VerificationError` naming offenders (``verify=False`` skips it).
     - checkpoints: the callback's ``state_dict`` gathers every rank's complete
-      state (:class:`AllRanksRNGState`) into the checkpoint rank 0 writes;
+      state (:class:`hwrng.RNGState`) into the checkpoint rank 0 writes;
       ``trainer.fit(ckpt_path=...)`` gives each rank its own back, bit for bit,
-      or refuses (another world size, backend, corrupt entry) before changing
-      anything.
+      or every rank refuses (another world size, backend, corrupt entry, a
+      refusal on any one rank) before any rank changes anything.
 
     Parameters
     ----------
@@ -89,9 +89,9 @@ class HwrngCallback(pl.Callback):
         self.sharded_dims = sharded_dims
         self.verify = verify
         self.platform = platform
-        self._state = AllRanksRNGState(on_mismatch=on_mismatch, platform=platform)
+        self._state = RNGState(on_mismatch=on_mismatch, platform=platform)
         self._seeded_mesh: Any = None
-        self._pending: Mapping[str, Any] | None = None
+        self._pending: Callable[[], None] | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Seed this rank (the checkpoint, if any, is restored after this)."""
@@ -137,22 +137,24 @@ class HwrngCallback(pl.Callback):
         return self._state.state_dict()
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Check the checkpoint's entry for this rank now; restore it when training starts.
+        """Agree on every rank on the checkpoint's verdict now; carry it out when training starts.
 
-        Lightning restores callbacks before it sets up its data, and setting
-        up makes a data-loader iterator (a draw from torch's generator); the
-        streams therefore come back in ``on_train_start`` (or when a
-        validate, test or predict run starts), which then makes the
-        iterator again. A checkpoint of another world size or format is
-        refused here, before anything changes.
+        Lightning calls this on every rank at the same point, so the
+        collective vote of :meth:`hwrng.RNGState.check` runs here: every rank
+        accepts, or every rank raises before any rank changes anything (a
+        checkpoint of another world size, a corrupt entry, or a refusal on
+        any one rank). Lightning restores callbacks before it sets up its
+        data, and setting up makes a data-loader iterator (a draw from
+        torch's generator); the agreed restore therefore runs, without a
+        collective, in ``on_train_start`` (or when a validate, test or
+        predict run starts), which then makes the iterator again.
         """
-        self._state.check(state_dict)
-        self._pending = state_dict
+        self._pending = self._state.check(state_dict)
 
     def _restore_pending(self) -> None:
         pending, self._pending = self._pending, None
         if pending is not None:
-            self._state.load_state_dict(pending)
+            pending()
 
 
 def seed_fabric(
@@ -165,10 +167,11 @@ def seed_fabric(
 ) -> Any:
     """For Fabric, after ``fabric.launch()``: seed each rank as :class:`HwrngCallback` does.
 
-    Returns the mesh seeded for (``None`` for a single process). Save an
-    :class:`AllRanksRNGState` in the state you give ``fabric.save`` and
-    ``fabric.load``: Fabric calls its ``state_dict`` on every rank and writes
-    rank 0's, as the Trainer does.
+    Returns the mesh seeded for (``None`` for a single process). Put an
+    :class:`hwrng.RNGState` (with this mesh, for ``on_mismatch="reseed"``) in
+    the state you give ``fabric.save`` and ``fabric.load``: Fabric calls its
+    ``state_dict`` on every rank and writes rank 0's, as the Trainer does, and
+    calls its ``load_state_dict`` on every rank.
     """
     mesh_seeded = seed_world(seed, mesh, sharded_dims, platform)
     if verify:

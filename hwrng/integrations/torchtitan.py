@@ -90,11 +90,11 @@ def attach(
     """Add an :class:`hwrng.RNGState` to a torchtitan ``CheckpointManager``'s states.
 
     torchtitan saves and loads every entry of ``checkpointer.states`` through
-    DCP; :class:`~hwrng.RNGState` keys each rank's streams apart, so each rank
-    gets its own back, or a :class:`~hwrng.CheckpointError` before anything
-    changes. A checkpoint written without it fails to load (DCP finds no
-    ``key``): list ``key`` in ``checkpoint.exclude_from_loading`` to load such
-    a checkpoint.
+    DCP; :class:`~hwrng.RNGState` holds every rank's streams under one key, so
+    each rank gets its own back, or every rank gets a
+    :class:`~hwrng.CheckpointError` before any rank changes anything. A
+    checkpoint written without it fails to load (DCP finds no ``key``): list
+    ``key`` in ``checkpoint.exclude_from_loading`` to load such a checkpoint.
 
     Raises
     ------

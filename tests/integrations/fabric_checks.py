@@ -10,7 +10,7 @@ import torch
 import trainer_data
 
 import hwrng
-from hwrng.integrations.lightning import AllRanksRNGState, seed_fabric
+from hwrng.integrations.lightning import seed_fabric
 
 SEED = 1234
 
@@ -40,7 +40,7 @@ def _run(path: str, epochs: int, save_after: int, with_hwrng: bool, load: bool) 
     )
     state: dict[str, Any] = {"model": net, "optimizer": optimizer}
     if with_hwrng:
-        state["rng"] = AllRanksRNGState()
+        state["rng"] = hwrng.RNGState()
     first = 0
     if load:
         fabric.load(path, state)

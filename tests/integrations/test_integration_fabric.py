@@ -1,5 +1,5 @@
 """hwrng with Lightning Fabric (DDP, 2 gloo CPU ranks): ``seed_fabric`` and an
-``AllRanksRNGState`` in the state given to ``fabric.save``/``fabric.load``.
+``hwrng.RNGState`` in the state given to ``fabric.save``/``fabric.load``.
 
 Train 2 epochs, save after the first; fresh processes load and train the second:
 with hwrng the losses match bit for bit; with Fabric alone

@@ -77,3 +77,19 @@ def resume(directory: str, after_epoch: int, epochs: int, with_hwrng: bool) -> l
     """Fresh processes: resume from the checkpoint of ``after_epoch`` and train to ``epochs``."""
     path = str(Path(directory) / f"epoch={after_epoch}.ckpt")
     return _fit(directory + "-resumed", epochs, with_hwrng, path)
+
+
+def resume_refused_on_rank_1(directory: str, after_epoch: int, epochs: int) -> str:
+    """Rank 1 alone holds a named state the checkpoint lacks: what ``fit`` raised on this rank.
+
+    The callback's vote runs when Lightning hands it the checkpoint, so every rank must
+    raise there, before training (a rank training on alone would hang in DDP's all-reduce).
+    """
+    tracker = hwrng.RNGStatesTracker("cpu", name="lightning-only-on-rank-1")
+    if os.environ["RANK"] == "1":
+        tracker.add("extra", 99)
+    try:
+        resume(directory, after_epoch, epochs, True)
+    except hwrng.CheckpointError as error:
+        return f"refused: {error}"
+    return "trained"

@@ -3,7 +3,8 @@
 Train 2 epochs with a checkpoint after each (Lightning's ModelCheckpoint); fresh
 processes resume from the first epoch's checkpoint with ``trainer.fit(ckpt_path=...)``:
 with :class:`HwrngCallback` every loss of the last epoch matches bit for bit;
-with Lightning alone (``seed_everything(workers=True)``) they do not (xfail).
+with Lightning alone (``seed_everything(workers=True)``) they do not (xfail). When
+one rank refuses the checkpoint's RNG state, every rank refuses before training.
 """
 
 from __future__ import annotations
@@ -75,3 +76,12 @@ def test_lightning_alone_resumes_bit_for_bit(
 ) -> None:
     resumed, expected = _resumed(trained, fresh, False)
     assert resumed == expected
+
+
+def test_when_one_rank_refuses_the_checkpoint_every_rank_refuses_before_training(
+    trained: dict[bool, tuple[str, list[list[float]]]], fresh: DistributedPool
+) -> None:
+    directory, _ = trained[True]
+    outcomes = fresh.run(checks.resume_refused_on_rank_1, directory, RESUME_AFTER, EPOCHS)
+    assert outcomes[1].startswith("refused: live tracker(s) ['lightning-only-on-rank-1']"), outcomes
+    assert outcomes[0].startswith("refused: rank 1 refused"), outcomes

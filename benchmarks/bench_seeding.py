@@ -15,7 +15,7 @@ from _timing import Result, measure
 from torch.distributed.device_mesh import init_device_mesh
 
 import hwrng
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 NPROC = 8
 MESH = (("dp", 2), ("pp", 2), ("tp", 2))

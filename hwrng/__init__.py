@@ -8,7 +8,11 @@ a small :class:`Platform` interface whose backends are pluggy plugins.
 Everything public is importable from here; the modules behind it are private
 (``hwrng._seeding``, ...) except :mod:`hwrng.dtensor` (the DTensor adapter),
 :mod:`hwrng.invariant` (placement-invariant random ops), :mod:`hwrng.presets`
-(trainers' seeding formulas) and :mod:`hwrng.hookspecs` (the plugin contract).
+(trainers' seeding formulas), :mod:`hwrng.hookspecs` (the plugin contract),
+:mod:`hwrng.testing` (a pool of real ``torch.distributed`` processes for tests),
+:mod:`hwrng.conformance` (the suite every backend passes),
+:mod:`hwrng.integrations` (trainers) and the built-in backends
+:mod:`hwrng.backends.cpu`, :mod:`hwrng.backends.cuda` and :mod:`hwrng.backends.npu`.
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ from hwrng._exceptions import (
     TrackerError,
     UnknownStateError,
     VerificationError,
+    WorkerError,
 )
 from hwrng._fork import fork_rng, isolate_rng
-from hwrng._host import MersenneCounter, mersenne_state
+from hwrng._host import MersenneCounter, host_counter, mersenne_state
 from hwrng._plan import SeedDim, Seeding, rank_seed, seed_plan
 from hwrng._platform import DeviceLike, DeviceModulePlatform, Platform
 from hwrng._registry import (
@@ -61,7 +66,7 @@ from hwrng._workers import WorkerInitFn, WorkerSeeds, worker_init_fn, worker_see
 from hwrng.hookspecs import hookimpl
 
 # Submodules reached as attributes: dtensor imports torch.distributed.tensor only when used.
-_LAZY_SUBMODULES = ("dtensor", "invariant", "presets")
+_LAZY_SUBMODULES = ("dtensor", "invariant", "presets", "testing")
 
 
 def __getattr__(name: str) -> object:
@@ -114,6 +119,7 @@ __all__ = [
     "UnknownStateError",
     "VerificationError",
     "VerifyReport",
+    "WorkerError",
     "WorkerInitFn",
     "WorkerSeeds",
     "__version__",
@@ -122,6 +128,7 @@ __all__ = [
     "fork_rng",
     "get_platform",
     "hookimpl",
+    "host_counter",
     "invariant",
     "isolate_rng",
     "list_platforms",
@@ -137,6 +144,7 @@ __all__ = [
     "seed_plan",
     "shard_offsets",
     "state_dict",
+    "testing",
     "unregister_plugin",
     "verify",
     "worker_init_fn",

@@ -55,7 +55,12 @@ __all__ = [
     "TrackerError",
     "UnknownStateError",
     "VerificationError",
+    "WorkerError",
 ]
+
+
+#: How a rank that gave no answer in time is described in :attr:`WorkerError.failures`.
+NO_ANSWER = "no answer in time"
 
 
 class HwrngError(Exception):
@@ -112,6 +117,36 @@ class NestingError(HwrngError, RuntimeError):
 
 class DistributedError(HwrngError, RuntimeError):
     """``torch.distributed`` is not available or not initialised as the call needs."""
+
+
+class WorkerError(DistributedError):
+    """One or more ranks failed (or died, or timed out) while running a function.
+
+    Attributes
+    ----------
+    failures
+        ``(rank, what happened)`` for each failing rank: a traceback, or why
+        it gave no answer.
+    """
+
+    def __init__(self, message: str, failures: tuple[tuple[int, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.failures = failures
+
+    def summary(self) -> str:
+        """One line: the first rank that raised or died, and its error's last line."""
+        if not self.failures:
+            return str(self).splitlines()[0] if str(self) else "a rank failed"
+        hung = tuple(r for r, text in self.failures if text.startswith(NO_ANSWER))
+        failed = [(r, text) for r, text in self.failures if r not in hung] or list(self.failures)
+        rank, text = failed[0]
+        last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+        line = f"rank {rank} failed: {last}"
+        if len(failed) > 1:
+            line += f" (and rank(s) {', '.join(str(r) for r, _ in failed[1:])})"
+        if hung and len(failed) < len(self.failures):
+            line += f"; rank(s) {', '.join(map(str, hung))} gave no answer"
+        return line
 
 
 class CheckpointError(HwrngError, ValueError):

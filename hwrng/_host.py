@@ -262,6 +262,16 @@ class MersenneCounter(CounterView):
 HOST_COUNTER = MersenneCounter()
 
 
+def host_counter() -> MersenneCounter:
+    """The counter view of torch's CPU generator that every hwrng path shares.
+
+    A CPU backend returns it from :attr:`hwrng.Platform.counter`, so that seeding,
+    forks, checkpoints and verification all read and write the host generator's
+    position through the same memo.
+    """
+    return HOST_COUNTER
+
+
 def host_generator() -> torch.Generator:
     """Torch's CPU default generator."""
     return torch.default_generator

@@ -58,7 +58,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from hwrng._dtensor_meshes import meshes_in_use
 from hwrng._exceptions import DistributedError, InvalidArgumentError, MeshError, VerificationError
 from hwrng._host import host_generator
 from hwrng._mesh import MeshLayout, linear_index, mesh_ranks, require_known
@@ -68,6 +67,7 @@ from hwrng._registry import resolve_platform
 from hwrng._seeding import current_seeding
 from hwrng._states import live_trackers
 from hwrng._validation import SEED_MODULUS, check_dim_names
+from hwrng.dtensor._meshes import meshes_in_use
 
 if TYPE_CHECKING:
     import torch.distributed as dist

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hwrng_cuda import CUBLAS_WORKSPACE_CONFIG, CUDAPlatform
-from hwrng_npu import NPUPlatform
 
 import hwrng
 from hwrng._registry import Registry
+from hwrng.backends.cuda import CUBLAS_WORKSPACE_CONFIG, CUDAPlatform
+from hwrng.backends.npu import NPUPlatform
 
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 

@@ -24,32 +24,71 @@ PUBLIC_MODULES = [
     "hwrng.presets",
     "hwrng.dtensor",
     "hwrng.invariant",
-    "hwrng_cpu",
-    "hwrng_cuda",
-    "hwrng_npu",
-    "hwrng_conformance",
-    "hwrng_conformance.plugin",
-    "hwrng_conformance.runner",
-    "hwrng_conformance.command",
-    "hwrng_conformance.checks",
-    "hwrng_conformance.helpers",
+    "hwrng.testing",
+    "hwrng.backends.cpu",
+    "hwrng.backends.cuda",
+    "hwrng.backends.npu",
+    "hwrng.conformance",
+    "hwrng.conformance.plugin",
+    "hwrng.conformance.runner",
+    "hwrng.conformance.command",
+    "hwrng.conformance.checks",
+    "hwrng.conformance.helpers",
 ]
 
 
 def _hwrng_modules() -> list[str]:
-    return ["hwrng"] + [f"hwrng.{m.name}" for m in pkgutil.iter_modules(hwrng.__path__)]
+    """Every module of the package but the conformance suite's test files and the trainers'.
+
+    The trainer modules import their trainer, which this environment may lack.
+    """
+    return ["hwrng"] + [
+        m.name
+        for m in pkgutil.walk_packages(hwrng.__path__, "hwrng.")
+        if not m.name.startswith(("hwrng.conformance.suite.", "hwrng.integrations."))
+    ]
 
 
 def test_implementation_modules_are_private() -> None:
-    public = {name for name in _hwrng_modules() if not name.split(".")[-1].startswith("_")}
+    top_level = {f"hwrng.{m.name}" for m in pkgutil.iter_modules(hwrng.__path__)}
+    public = {name for name in top_level if not name.split(".")[-1].startswith("_")}
     assert public == {
-        "hwrng",
         "hwrng.hookspecs",
         "hwrng.presets",
         "hwrng.dtensor",
         "hwrng.invariant",
+        "hwrng.testing",
+        "hwrng.backends",
+        "hwrng.conformance",
         "hwrng.integrations",  # its trainer modules are imported only when asked for
     }
+
+
+def test_the_distribution_installs_one_import_name() -> None:
+    """Everything hwrng installs lives under ``hwrng``: no other top-level name."""
+    import importlib.metadata
+
+    distribution = importlib.metadata.distribution("hwrng")
+    top_level = {
+        Path(str(entry.value)).parts[0].split(":")[0].split(".")[0]
+        for entry in distribution.entry_points
+    }
+    assert top_level == {"hwrng"}, distribution.entry_points
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    setuptools = pytest.importorskip("setuptools")
+    finder = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+        "setuptools"
+    ]["packages"]["find"]
+    packages = {
+        package
+        for where in finder.get("where", ["."])
+        for package in setuptools.find_packages(
+            str(ROOT / where), include=finder.get("include", ("*",)), exclude=("tests*",)
+        )
+    }
+    assert "hwrng.backends.cpu" in packages
+    assert "hwrng.conformance" in packages
+    assert {package.split(".")[0] for package in packages} == {"hwrng"}
 
 
 @pytest.mark.parametrize("module_name", _hwrng_modules())
@@ -101,7 +140,7 @@ class _BothHooks:
     """A plugin implementing every hook, to show each has an effect."""
 
     def __init__(self) -> None:
-        from hwrng_cpu import CPUPlatform
+        from hwrng.backends.cpu import CPUPlatform
 
         class HookPlatform(CPUPlatform):
             name = "hookcheck"

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import hwrng
 from hwrng._host import HOST_COUNTER
-from hwrng_cpu import CPUPlatform
+from hwrng.backends.cpu import CPUPlatform
 
 
 class IgnoresOffsets(hwrng.CounterView):
@@ -55,7 +55,7 @@ CRASHING_BACKEND = """import os
 from typing import ClassVar
 
 import hwrng
-from hwrng_cpu import CPUPlatform
+from hwrng.backends.cpu import CPUPlatform
 
 
 class CrashingCPU(CPUPlatform):
@@ -237,7 +237,7 @@ def test_launcher_variables_without_master_addr_are_refused(
 
 
 def test_a_crash_summary_names_the_rank_that_raised_not_those_left_waiting() -> None:
-    from hwrng._launch import WorkerError
+    from hwrng.testing import WorkerError
 
     waiting = "no answer in time (waiting in a collective for a failed rank?)"
     traceback = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: boom\n'

@@ -10,7 +10,7 @@ import pytest
 
 import hwrng
 from hwrng._cli import main
-from hwrng._format import format_table
+from hwrng._cli._table import format_table
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = [
-    "hwrng._format",
+    "hwrng._cli._table",
     "hwrng._fork",
     "hwrng._mesh",
     "hwrng._plan",

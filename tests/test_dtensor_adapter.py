@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import ClassVar
 
 import pytest
-from hwrng_cpu import CPUPlatform
 from torch.distributed.tensor import _random
 
 import hwrng
 from hwrng import dtensor
+from hwrng.backends.cpu import CPUPlatform
 
 
 @pytest.fixture(autouse=True)

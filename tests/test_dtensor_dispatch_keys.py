@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from hwrng._dtensor_hooks import _cuda_rng_op
+from hwrng.dtensor._hooks import _cuda_rng_op
 
 pytestmark = pytest.mark.skipif(
     _cuda_rng_op() is None,
@@ -29,7 +29,7 @@ import torch, hwrng
 from torch._C import DispatchKey
 from torch._prims.rng_prims import run_dtensor_rng_op
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-from hwrng_cpu import CPUPlatform
+from hwrng.backends.cpu import CPUPlatform
 from torch.distributed.tensor import _random
 
 _setup_privateuseone_for_python_backend("hwrngpu")

@@ -13,7 +13,7 @@ import pytest
 from helpers import held_indices
 
 import hwrng
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ GOOD_PLUGIN = """
 from typing import ClassVar
 
 import hwrng
-from hwrng_cpu import CPUPlatform
+from hwrng.backends.cpu import CPUPlatform
 
 
 class AcmePlatform(CPUPlatform):

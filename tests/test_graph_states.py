@@ -11,10 +11,10 @@ from typing import ClassVar
 
 import pytest
 import torch
-from hwrng_cpu import CPUPlatform
 
 import hwrng
 from hwrng import _states
+from hwrng.backends.cpu import CPUPlatform
 
 
 class GraphSafeCPU(CPUPlatform):

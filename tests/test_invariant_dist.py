@@ -13,7 +13,7 @@ import torch
 
 import hwrng
 from hwrng import invariant
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 LAYOUTS = {
     "1 rank": ([1], ["S0"]),

@@ -14,7 +14,7 @@ from torch.distributed.tensor import Replicate
 
 import hwrng
 from hwrng import invariant
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 
 @pytest.fixture(scope="module")

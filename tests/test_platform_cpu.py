@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hwrng_cpu import CPUPlatform
 
 import hwrng
+from hwrng.backends.cpu import CPUPlatform
 
 
 def test_identity(cpu: hwrng.Platform) -> None:

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import hwrng
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 
 def _fingerprint() -> tuple[Any, ...]:

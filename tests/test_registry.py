@@ -7,10 +7,10 @@ from typing import ClassVar
 
 import pluggy
 import pytest
-from hwrng_cpu import CPUPlatform
 
 import hwrng
 from hwrng._registry import Registry
+from hwrng.backends.cpu import CPUPlatform
 
 
 class Accelerator(CPUPlatform):

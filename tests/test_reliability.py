@@ -245,7 +245,7 @@ def test_a_state_sliced_from_a_packed_buffer_is_applied_correctly() -> None:
 POOL_SCRIPT = """
 import sys, time
 from hwrng._cli import _stop_on_sigterm
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 import os
 _stop_on_sigterm()
 with DistributedPool(2, timeout=60) as pool:
@@ -429,7 +429,7 @@ def test_backend_variable_error_is_one_line() -> None:
 
 
 def test_a_probe_that_raises_is_reported_as_unavailable() -> None:
-    from hwrng_cpu import CPUPlatform
+    from hwrng.backends.cpu import CPUPlatform
 
     class Exploding(CPUPlatform):
         name = "exploding"

@@ -9,7 +9,7 @@ from pathlib import Path
 import dist_resume_checks as checks
 import pytest
 
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 EPOCHS_BEFORE, EPOCHS_AFTER = 1, 2
 

@@ -9,7 +9,7 @@ from typing import Any
 import dist_seeding_checks as checks
 import pytest
 
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 DRAWS = ("torch", "device", "random", "numpy")
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import dist_verify_checks as checks
 import pytest
 
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from typing import Any
 import dist_verify_checks as checks
 import pytest
 
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 
 @pytest.fixture(scope="module")

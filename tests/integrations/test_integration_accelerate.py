@@ -20,7 +20,7 @@ pytest.importorskip("accelerate", reason="the accelerate extra is not installed"
 import accelerate_checks as checks
 import trainer_data
 
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 EPOCHS, SAVE_AFTER = 2, 0  # N = 2 steps, then M = 2 steps
 STEPS = trainer_data.ITEMS // (2 * trainer_data.BATCH)

@@ -17,7 +17,7 @@ pytest.importorskip("lightning", reason="the lightning extra is not installed")
 import fabric_checks as checks
 import trainer_data
 
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 EPOCHS, SAVE_AFTER = 2, 0
 STEPS = trainer_data.ITEMS // (2 * trainer_data.BATCH)

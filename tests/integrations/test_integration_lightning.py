@@ -19,7 +19,7 @@ pytest.importorskip("lightning", reason="the lightning extra is not installed")
 import lightning_checks as checks
 import trainer_data
 
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 EPOCHS, RESUME_AFTER = 2, 0  # checkpoint of epoch 0 (N = 2 steps), then M = 2 steps
 STEPS = trainer_data.ITEMS // (2 * trainer_data.BATCH)

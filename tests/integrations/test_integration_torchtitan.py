@@ -20,7 +20,7 @@ pytest.importorskip("torchtitan", reason="the torchtitan extra is not installed"
 import torchtitan_checks as checks
 import trainer_data
 
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 STEPS_PER_EPOCH = trainer_data.ITEMS // (2 * trainer_data.BATCH)
 STEPS, SAVE_AT = 2 * STEPS_PER_EPOCH, STEPS_PER_EPOCH

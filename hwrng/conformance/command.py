@@ -42,7 +42,7 @@ def _nproc(text: str) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Check the arguments, then run the suite (see :func:`hwrng_conformance.runner.run`)."""
+    """Check the arguments, then run the suite (see :func:`hwrng.conformance.runner.run`)."""
     if importlib.util.find_spec("pytest") is None:
         raise MissingExtraError(
             "the conformance suite needs pytest: pip install 'hwrng[conformance]'"
@@ -53,7 +53,7 @@ def run_command(args: argparse.Namespace) -> int:
             hwrng.get_platform(name)
         except hwrng.BackendError as error:
             raise BackendOptionError(f"--backend {name}: {error}") from None
-    from hwrng_conformance.runner import run_conformance
+    from hwrng.conformance.runner import run_conformance
 
     return run_conformance(names, nproc=args.nproc, extra=args.pytest_args)
 

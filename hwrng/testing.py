@@ -1,12 +1,10 @@
-"""A pool of real ``torch.distributed`` processes that run many checks each.
+"""Test with real ``torch.distributed`` processes: a pool that runs many checks each.
 
-Long on purpose: starting the processes, their rendezvous, dispatching calls,
-carrying errors back and tearing down are one lifecycle that shares the pool's
-pipes.
-
-Starting processes is the slow part of a multi-process test (each imports
-torch), so a :class:`DistributedPool` starts its ranks once, joins them into a
-process group, and then runs any number of functions on every rank::
+This is how hwrng's own multi-process tests, the conformance suite and a
+backend's tests run code on several ranks. Starting processes is the slow part
+of a multi-process test (each imports torch), so a :class:`DistributedPool`
+starts its ranks once, joins them into a process group, and then runs any
+number of functions on every rank::
 
     with DistributedPool(4) as pool:
         results = pool.run(my_module.check_something, 123)  # one result per rank
@@ -41,43 +39,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hwrng._exceptions import DistributedError
+from hwrng._exceptions import NO_ANSWER as _NO_ANSWER
+from hwrng._exceptions import DistributedError, WorkerError
 
 __all__ = ["DistributedPool", "WorkerError"]
 
 _STOP = "stop"
-_NO_ANSWER = "no answer in time"
 _PARENT_POLL_S = 0.25
-
-
-class WorkerError(DistributedError):
-    """One or more ranks failed (or died, or timed out) while running a function.
-
-    Attributes
-    ----------
-    failures
-        ``(rank, what happened)`` for each failing rank: a traceback, or why
-        it gave no answer.
-    """
-
-    def __init__(self, message: str, failures: tuple[tuple[int, str], ...] = ()) -> None:
-        super().__init__(message)
-        self.failures = failures
-
-    def summary(self) -> str:
-        """One line: the first rank that raised or died, and its error's last line."""
-        if not self.failures:
-            return str(self).splitlines()[0] if str(self) else "a rank failed"
-        hung = tuple(r for r, text in self.failures if text.startswith(_NO_ANSWER))
-        failed = [(r, text) for r, text in self.failures if r not in hung] or list(self.failures)
-        rank, text = failed[0]
-        last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
-        line = f"rank {rank} failed: {last}"
-        if len(failed) > 1:
-            line += f" (and rank(s) {', '.join(str(r) for r, _ in failed[1:])})"
-        if hung and len(failed) < len(self.failures):
-            line += f"; rank(s) {', '.join(map(str, hung))} gave no answer"
-        return line
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Long on purpose: it is the whole command line -- parsing and validating each
 built-in subcommand's arguments, the small ``backends`` and ``plan`` commands,
 the plugin-command hook and signal handling -- while the work of ``check``
-lives in ``hwrng._check`` and table formatting in ``hwrng._format``.
+lives in ``hwrng._cli._job_check`` and table formatting in ``hwrng._cli._table``.
 
 Plugins add subcommands through the :func:`~hwrng.hookspecs.hwrng_register_commands`
 hook (the conformance suite adds ``hwrng conformance`` that way), so this
@@ -24,14 +24,14 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, NoReturn
 
+from hwrng._cli._table import format_table
 from hwrng._exceptions import HwrngError, MeshError
-from hwrng._format import format_table
-from hwrng._launch import WorkerError
 from hwrng._mesh import unravel_index
 from hwrng._plan import rank_seed, seed_plan
 from hwrng._platform import Platform
 from hwrng._registry import Registry, default_registry, get_platform
 from hwrng._version import __version__
+from hwrng.testing import WorkerError
 
 __all__ = ["build_parser", "main"]
 
@@ -223,7 +223,7 @@ def _check_arguments(
     args: argparse.Namespace,
 ) -> tuple[Platform, int, dict[str, int], list[str], str]:
     """Resolve and check what ``hwrng check`` will run, before any rank starts."""
-    from hwrng._check import default_mesh, under_torchrun
+    from hwrng._cli._job_check import default_mesh, under_torchrun
 
     _check_launcher_environment()
     platform = get_platform(args.backend)
@@ -263,8 +263,14 @@ def _check_arguments(
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from hwrng._check import format_report, judge, run_in_torchrun, run_rank, under_torchrun
-    from hwrng._launch import DistributedPool
+    from hwrng._cli._job_check import (
+        format_report,
+        judge,
+        run_in_torchrun,
+        run_rank,
+        under_torchrun,
+    )
+    from hwrng.testing import DistributedPool
 
     platform, nproc, mesh, sharded, backend = _check_arguments(args)
     started = time.perf_counter()

@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 
-from hwrng._dtensor_meshes import note as note_mesh
 from hwrng._exceptions import DTensorHookError
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
 from hwrng._seeding import current_seeding
 from hwrng._sharding import ShardSpec, shard_offsets
 from hwrng._tracker import OffsetTracker
+from hwrng.dtensor._meshes import note as note_mesh
 
 __all__ = ["tracker_class"]
 
@@ -179,7 +179,7 @@ def tracker_class(base: type[Any]) -> type[Any]:
             if not self.distribute_region_enabled:
                 yield
                 return
-            from hwrng._local_ranks import local_tensor_mode, simulated_region
+            from hwrng.dtensor._local_ranks import local_tensor_mode, simulated_region
 
             if generator is None:
                 note_mesh(spec.mesh)  # for hwrng.verify: judge the DTensor stream per mesh
@@ -209,7 +209,7 @@ def tracker_class(base: type[Any]) -> type[Any]:
 
         def _compute_rng_offsets(self, spec: Any) -> tuple[int, int]:
             # torch's CUDA operator asks for these right before it draws: leave it the
-            # seed to draw with (see _dtensor_hooks.cuda_rng_kernel).
+            # seed to draw with (see hwrng.dtensor._hooks._rng_op_kernel).
             note_mesh(spec.mesh)
             if not _tracing():
                 self._pending.choose = self.hwrng_seeds.chooser(spec.mesh)

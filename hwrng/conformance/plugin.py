@@ -1,9 +1,9 @@
 """The pytest plugin behind hwrng's conformance suite.
 
-Load it with ``-p hwrng_conformance.plugin`` (it is deliberately not an
+Load it with ``-p hwrng.conformance.plugin`` (it is deliberately not an
 automatic ``pytest11`` plugin, so it never touches unrelated pytest runs)::
 
-    pytest -p hwrng_conformance.plugin --pyargs hwrng_conformance.suite --hwrng-backend acme
+    pytest -p hwrng.conformance.plugin --pyargs hwrng.conformance.suite --hwrng-backend acme
 
 or simply ``hwrng conformance --backend acme``.
 
@@ -19,7 +19,7 @@ Fixtures
 ``platform``
     The :class:`hwrng.Platform` under test; suite tests run once per backend.
 ``dist_pool``
-    A :class:`~hwrng._launch.DistributedPool` of ``--hwrng-nproc``
+    A :class:`~hwrng.testing.DistributedPool` of ``--hwrng-nproc``
     ranks for the platform, started once per backend and shared by the rules.
 
 Marker
@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 import hwrng
-from hwrng._launch import DistributedPool
+from hwrng.testing import DistributedPool
 
 __all__ = [
     "DEFAULT_NPROC",

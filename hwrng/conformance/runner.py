@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import hwrng
-from hwrng._format import format_table
-from hwrng._machine import describe_device
-from hwrng_conformance import plugin as conformance_plugin
+from hwrng._cli._machine import describe_device
+from hwrng._cli._table import format_table
+from hwrng.conformance import plugin as conformance_plugin
 
 __all__ = ["ResultCollector", "RuleResult", "run_conformance"]
 
@@ -138,7 +138,7 @@ def run_conformance(
         os.path.dirname(__file__),
         "--noconftest",
         "--pyargs",
-        "hwrng_conformance.suite",
+        "hwrng.conformance.suite",
         "-q",
         "-p",
         "no:cacheprovider",

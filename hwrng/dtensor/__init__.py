@@ -38,13 +38,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from hwrng._dtensor_hooks import EXTRA_RANDOM_OPS, MIN_TORCH, Patches, check, kernel_key
-from hwrng._dtensor_tracker import tracker_class
 from hwrng._exceptions import DTensorHookError
-from hwrng._invariant_dtensor import InvariantPatches
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
 from hwrng._validation import check_flag
+from hwrng.dtensor._hooks import EXTRA_RANDOM_OPS, MIN_TORCH, Patches, check, kernel_key
+from hwrng.dtensor._invariant import InvariantPatches
+from hwrng.dtensor._tracker import tracker_class
 
 __all__ = ["EXTRA_RANDOM_OPS", "MIN_TORCH", "install", "installed_platform", "uninstall"]
 

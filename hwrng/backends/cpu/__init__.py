@@ -1,8 +1,8 @@
 """hwrng's CPU backend: torch's CPU generator, with ``gloo`` for collectives.
 
 torch's CPU generator is a Mersenne Twister with no counter; this backend
-gives it hwrng's ``(seed, offset)`` view through
-:class:`hwrng._counters.MersenneCounter`. It also keys the generator with all
+gives it hwrng's ``(seed, offset)`` view through :class:`hwrng.MersenneCounter`
+(the shared one :func:`hwrng.host_counter` returns). It also keys the generator with all
 64 bits of a seed: torch's own CPU seeding keeps only the low 32 bits, so
 ``torch.manual_seed(s)`` and ``torch.manual_seed(s + 2**32)`` draw the same
 numbers. For seeds below ``2**32`` hwrng seeds exactly as torch does.
@@ -16,7 +16,6 @@ from typing import ClassVar
 import torch
 
 import hwrng
-from hwrng._host import HOST_COUNTER, host_generator
 
 __all__ = ["CPUPlatform", "hwrng_platforms"]
 
@@ -31,7 +30,7 @@ class CPUPlatform(hwrng.Platform):
     @property
     def counter(self) -> hwrng.CounterView:
         """The emulated counter view of the host's Mersenne-Twister generator."""
-        return HOST_COUNTER
+        return hwrng.host_counter()
 
     def unavailable_reason(self) -> str | None:
         """Return ``None``: the CPU is always available."""
@@ -58,7 +57,7 @@ class CPUPlatform(hwrng.Platform):
     def generator(self, device: hwrng.DeviceLike = None) -> torch.Generator:
         """Return ``torch.default_generator``."""
         self.device_index(device)
-        return host_generator()
+        return torch.default_generator
 
 
 @hwrng.hookimpl

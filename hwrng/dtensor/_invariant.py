@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from hwrng import _philox, invariant
-from hwrng._dtensor_hooks import restore_op_handlers, set_op_handlers
 from hwrng._exceptions import DTensorHookError
-from hwrng._local_ranks import local_tensor_mode
+from hwrng.dtensor._hooks import restore_op_handlers, set_op_handlers
+from hwrng.dtensor._local_ranks import local_tensor_mode
 
 __all__ = ["InvariantPatches"]
 
@@ -55,7 +55,7 @@ def _fill_local(
     generator: torch.Generator | None,
     draw: Callable[[int, int, _philox.Indices], torch.Tensor],
 ) -> torch.Tensor:
-    from hwrng._dtensor_tracker import _shard_spec
+    from hwrng.dtensor._tracker import _shard_spec
 
     tracker = _tracker()
     spec = _shard_spec(target._spec)

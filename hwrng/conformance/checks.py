@@ -1,6 +1,6 @@
 """What each rank runs for the multi-process rules (see ``suite/test_multiprocess.py``).
 
-Every function runs on all ranks of a :class:`~hwrng._launch.DistributedPool`
+Every function runs on all ranks of a :class:`~hwrng.testing.DistributedPool`
 and returns plain data; the rule in the parent compares the ranks' answers,
 so the expectations are computed independently of the code under test.
 """
@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import hwrng
 import hwrng.dtensor
-from hwrng_conformance.helpers import draw_default
+from hwrng.conformance.helpers import draw_default
 
 __all__ = ["broadcast_from_each_rank", "dtensor_random_ops", "seeded_draws"]
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from hwrng._format import format_table
-from hwrng._machine import describe_device
+from hwrng._cli._machine import describe_device
+from hwrng._cli._table import format_table
 from hwrng._mesh import unravel_index
 from hwrng._plan import rank_seed
 

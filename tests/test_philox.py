@@ -25,8 +25,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import hwrng
 from hwrng import _philox as philox
-from hwrng import _philox_math as philox_math
+from hwrng._philox import _distributions as generic_path
+from hwrng._philox import _math as philox_math
 
 # -- oracles written from the paper, independent of the tensor code ------------------------
 
@@ -251,12 +253,12 @@ def test_trunc_normal_mapping(dtype: torch.dtype) -> None:
 
 @contextmanager
 def chunk_size(elements: int) -> Iterator[None]:
-    saved = philox._CPU_CHUNK
-    philox._CPU_CHUNK = elements
+    saved = generic_path._CPU_CHUNK
+    generic_path._CPU_CHUNK = elements
     try:
         yield
     finally:
-        philox._CPU_CHUNK = saved
+        generic_path._CPU_CHUNK = saved
 
 
 @st.composite
@@ -637,15 +639,18 @@ def test_bad_arguments(call: Callable[[], object], error: type[Exception]) -> No
         call()
 
 
-def test_the_module_docstring_examples() -> None:
-    failed, attempted = doctest.testmod(philox, optionflags=doctest.ELLIPSIS)
+@pytest.mark.parametrize("module", ["_bits", "_index", "_choose"])
+def test_the_docstring_examples(module: str) -> None:
+    failed, attempted = doctest.testmod(
+        importlib.import_module(f"hwrng._philox.{module}"), optionflags=doctest.ELLIPSIS
+    )
     assert attempted > 0 and failed == 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device is visible")
 @pytest.mark.cuda
 def test_cuda_draws_the_cpus_numbers() -> None:
-    from hwrng import _philox_triton as fused
+    from hwrng._philox import _triton as fused
 
     dims, shape = [torch.arange(3, 700), torch.tensor([0, 5, 6, 9])], (800, 10)
     index = philox.flat_index(dims, shape)
@@ -672,24 +677,54 @@ def test_cuda_draws_the_cpus_numbers() -> None:
 
 
 def test_the_fused_module_imports_and_says_why_not() -> None:
-    from hwrng import _philox_triton as fused
+    from hwrng._philox import _triton as fused
 
     reason = fused.why_unavailable("cpu")
     assert fused.available("cpu") is (reason is None)
     assert fused.available("meta") is False
-    # without the kernel the functions take the generic path
-    if not fused.available("cpu"):
-        dims = [torch.tensor([1, 3]), torch.arange(4)]
-        index = philox.flat_index(dims, (5, 4))
-        assert torch.equal(
-            fused.uniform(1, 4, dims, (5, 4), torch.float32),
-            philox.uniform(1, 4, index, torch.float32),
-        )
+    # the kernel's wrappers serve only where it is available; they refuse elsewhere
+    dims = [torch.tensor([1, 3], device="meta"), torch.arange(4, device="meta")]
+    for call in (
+        lambda: fused.uniform(1, 4, dims, (5, 4), torch.float32),
+        lambda: fused.normal(1, 4, dims, (5, 4), torch.float32),
+        lambda: fused.bernoulli_mask(1, 4, dims, (5, 4), 0.5),
+    ):
+        with pytest.raises(hwrng.InvalidDeviceError, match="cannot serve meta"):
+            call()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_a_shard_the_kernel_cannot_serve_takes_the_generic_path(dtype: torch.dtype) -> None:
+    dims, shape = (torch.tensor([1, 3]), torch.tensor([0, 2, 3])), (5, 4)
+    shard, index = philox.ShardIndices(dims, shape), philox.flat_index(dims, shape)
+    if fused_available("cpu"):
+        pytest.skip("the kernel serves CPU tensors here (TRITON_INTERPRET=1)")
+    expected = {
+        "uniform": generic_path.uniform(3, 8, index, dtype, low=-1.0, high=2.0),
+        "normal": generic_path.normal(3, 8, index, dtype, mean=1.0, std=2.0),
+        "trunc_normal": generic_path.trunc_normal(3, 8, index, dtype, a=-1.0, b=1.0),
+        "bernoulli": generic_path.bernoulli_mask(3, 8, index, 0.25),
+    }
+    got = {
+        "uniform": philox.uniform(3, 8, shard, dtype, low=-1.0, high=2.0),
+        "normal": philox.normal(3, 8, shard, dtype, mean=1.0, std=2.0),
+        "trunc_normal": philox.trunc_normal(3, 8, shard, dtype, a=-1.0, b=1.0),
+        "bernoulli": philox.bernoulli_mask(3, 8, shard, 0.25),
+    }
+    for name, values in expected.items():
+        assert torch.equal(got[name], values), name
+
+
+def fused_available(device: str) -> bool:
+    from hwrng._philox import _triton as fused
+
+    return fused.available(device)
 
 
 FUSED_CHECK = """
 import torch
-from hwrng import _philox, _philox_triton as fused
+from hwrng import _philox
+from hwrng._philox import _triton as fused
 assert fused.available("cpu"), fused.why_unavailable("cpu")
 T = torch.tensor
 cases = [

@@ -2,11 +2,7 @@
 # (Triton kernels take untyped, specialised parameters; the public functions are fully typed.)
 # ruff: noqa: PLR0917
 # (Triton device functions take their operands and constants positionally.)
-"""A fused Triton kernel for the counter-based generator of ``hwrng._philox``, for CUDA devices.
-
-Long on purpose: its device functions mirror ``hwrng._philox`` operation for
-operation, and keeping them beside the launch code that specialises them lets a
-reader check the bit-identity side by side.
+"""A fused Triton kernel of the Philox ops, for CUDA devices: uniform, normal and Bernoulli of a shard.
 
 One launch computes a local shard's values straight from the shard's per-dim
 global index vectors and writes them to the output: no int64 index tensor of
@@ -14,19 +10,21 @@ the shard, no table of words, no temporaries. Up to four dims are read as
 they are; leading dims beyond four are collapsed into one vector whose length
 is the product of their local sizes (never the shard's size).
 
-The counter layout, the bit-to-float mapping and every float operation are
-those of ``hwrng._philox`` -- the same IEEE operations in the same order, with
-FP contraction off (``enable_fp_fusion=False``) -- so the values are
-bit-identical to the generic path's. The float32-to-bfloat16 rounding is done
-on the bits (round to nearest even, as torch does), so it does not depend on
-the backend's conversion instruction either. Float parameters travel as their
-float64 bit patterns (Triton passes Python floats as float32).
+The counter layout (:mod:`hwrng._philox._bits`), the bit-to-float mapping
+and every float operation are those of the generic path
+(:mod:`hwrng._philox._distributions`) -- the same IEEE operations in the same
+order, with FP contraction off (``enable_fp_fusion=False``) -- so the values
+are bit-identical to the generic path's. The float32-to-bfloat16 rounding is
+done on the bits (round to nearest even, as torch does), so it does not depend
+on the backend's conversion instruction either. Float parameters travel as
+their float64 bit patterns (Triton passes Python floats as float32).
 
-Triton is optional: this module imports without it; ``available()`` then says
-False and the functions fall back to the generic tensor path, as they do for
-any device the kernel does not drive. With ``TRITON_INTERPRET=1`` set before
-this module is imported, the kernel runs in Triton's CPU interpreter on CPU
-tensors (slowly; that is how it is tested without a GPU).
+Triton is optional: this module imports without it, and ``available()`` then
+says False; the wrappers serve only where ``available()`` is True (the choice
+of the generic path elsewhere is :mod:`hwrng._philox._choose`'s). With
+``TRITON_INTERPRET=1`` set before this module is imported, the kernel runs in
+Triton's CPU interpreter on CPU tensors (slowly; that is how it is tested
+without a GPU).
 """
 
 from __future__ import annotations
@@ -39,7 +37,18 @@ from typing import Any
 
 import torch
 
-from hwrng._exceptions import InvalidValueError
+from hwrng._exceptions import InvalidDeviceError, InvalidValueError
+from hwrng._philox import _math
+from hwrng._philox._bits import DOMAIN_FLAG
+from hwrng._philox._index import check_dim_indices, flat_index_of_checked
+from hwrng._philox._parameters import (
+    PRECISION,
+    checked_seed_position,
+    normal_parameters,
+    probabilities_broadcast,
+    probability,
+    uniform_parameters,
+)
 
 try:
     import triton  # type: ignore[import-not-found, import-untyped, unused-ignore]
@@ -155,7 +164,7 @@ if triton is not None:
         G5: tl.constexpr,
         G6: tl.constexpr,
     ):
-        """``hwrng._philox_math.ln`` (x >= 2**-1022), operation for operation."""
+        """``hwrng._philox._math.ln`` (x >= 2**-1022), operation for operation."""
         bits = x.to(tl.int64, bitcast=True)
         k = (bits - _SQRT_HALF_BITS) >> 52
         z = (bits - (k << 52)).to(tl.float64, bitcast=True)
@@ -190,7 +199,7 @@ if triton is not None:
         H7: tl.constexpr,
         H8: tl.constexpr,
     ):
-        """``hwrng._philox_math.sin_half_pi``, operation for operation."""
+        """``hwrng._philox._math.sin_half_pi``, operation for operation."""
         x = s * s
         acc = x * H8
         acc = acc + H7
@@ -386,15 +395,13 @@ def _shard(
     dim_indices: Sequence[torch.Tensor], global_shape: Sequence[int], device: torch.device
 ) -> tuple[list[torch.Tensor], list[int], tuple[int, ...]]:
     """``MAX_DIMS`` index vectors with their global strides, and the shard's shape."""
-    from hwrng import _philox
-
-    shape, vectors = _philox.check_dim_indices(dim_indices, global_shape)
+    shape, vectors = check_dim_indices(dim_indices, global_shape)
     local = tuple(v.numel() for v in vectors)
     strides = [math.prod(shape[k + 1 :]) for k in range(len(shape))]
     vectors = [v.to(device).contiguous() for v in vectors]
     if len(vectors) > MAX_DIMS:
         lead = len(vectors) - (MAX_DIMS - 1)
-        merged = _philox._flat_index(vectors[:lead], shape[:lead]).reshape(-1)
+        merged = flat_index_of_checked(vectors[:lead], shape[:lead]).reshape(-1)
         vectors = [merged, *vectors[lead:]]
         strides = [strides[lead - 1], *strides[lead:]]
     while len(vectors) < MAX_DIMS:
@@ -420,8 +427,6 @@ def _launch(
     threshold: int = 0,
     limits: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    from hwrng import _philox_math as _math
-
     vectors, strides, local = shard
     out = torch.empty(local, dtype=dtype, device=device)
     total = out.numel()
@@ -450,7 +455,7 @@ def _launch(
         seed & 0xFFFFFFFF,
         seed >> 32,
         position & 0xFFFFFFFF,
-        (position >> 32) | 0x80000000,
+        (position >> 32) | DOMAIN_FLAG,
         _bits(a),
         _bits(b),
         _bits(lo),
@@ -468,10 +473,14 @@ def _launch(
 
 
 def _device(dim_indices: Sequence[torch.Tensor]) -> torch.device:
-    for vector in dim_indices:
-        if isinstance(vector, torch.Tensor):
-            return vector.device
-    return torch.device("cpu")
+    """The index vectors' device, once checked to be one the kernel serves."""
+    device = next(
+        (v.device for v in dim_indices if isinstance(v, torch.Tensor)), torch.device("cpu")
+    )
+    reason = why_unavailable(device)
+    if reason is not None:
+        raise InvalidDeviceError(f"the fused Philox kernel cannot serve {device}: {reason}")
+    return device
 
 
 def uniform(
@@ -484,12 +493,12 @@ def uniform(
     low: float = 0.0,
     high: float = 1.0,
 ) -> torch.Tensor:
-    """``hwrng._philox.uniform`` for the shard ``flat_index(dim_indices, global_shape)``.
+    """The generic path's ``uniform`` for the shard ``flat_index(dim_indices, global_shape)``.
 
     Parameters
     ----------
     seed, position : int
-        As for ``hwrng._philox.uniform``.
+        As for the generic ``uniform``.
     dim_indices : sequence of torch.Tensor
         The shard's global positions along each dim (see ``flat_index``).
     global_shape : sequence of int
@@ -497,22 +506,23 @@ def uniform(
     dtype : torch.dtype
         float32, float64, float16 or bfloat16.
     low, high : float
-        The bounds, as for ``hwrng._philox.uniform``.
+        The bounds, as for the generic ``uniform``.
 
     Returns
     -------
     torch.Tensor
         The shard's values, shaped ``(len(dim_indices[0]), ...)`` on the index
         vectors' device, bit-identical to the generic path's.
-    """
-    from hwrng import _philox
 
+    Raises
+    ------
+    InvalidDeviceError
+        Where the kernel cannot serve the index vectors' device (see
+        :func:`why_unavailable`).
+    """
     device = _device(dim_indices)
-    if not available(device):
-        index = _philox.flat_index(dim_indices, global_shape)
-        return _philox.uniform(seed, position, index, dtype, low=low, high=high)
-    seed, position = _philox._check_seed(seed, position)
-    low, high, lo, hi = _philox._uniform_parameters(dtype, low, high)
+    seed, position = checked_seed_position(seed, position)
+    low, high, lo, hi = uniform_parameters(dtype, low, high)
     shard = _shard(dim_indices, global_shape, device)
     if low == high:
         return torch.full(shard[2], low, dtype=dtype, device=device)
@@ -521,7 +531,7 @@ def uniform(
     if dtype == torch.float64:
         kind, shift = _UNIFORM64, 0
     else:
-        kind, shift = _UNIFORM32, 32 - _philox._PRECISION[dtype]
+        kind, shift = _UNIFORM32, 32 - PRECISION[dtype]
     return _launch(
         kind, seed, position, shard, dtype=dtype, device=device,
         shift=shift, unit=unit, a=width, b=low, lo=lo, hi=hi,
@@ -538,12 +548,12 @@ def normal(
     mean: float = 0.0,
     std: float = 1.0,
 ) -> torch.Tensor:
-    """``hwrng._philox.normal`` for the shard ``flat_index(dim_indices, global_shape)``.
+    """The generic path's ``normal`` for the shard ``flat_index(dim_indices, global_shape)``.
 
     Parameters
     ----------
     seed, position : int
-        As for ``hwrng._philox.normal``.
+        As for the generic ``normal``.
     dim_indices : sequence of torch.Tensor
         The shard's global positions along each dim (see ``flat_index``).
     global_shape : sequence of int
@@ -551,21 +561,22 @@ def normal(
     dtype : torch.dtype
         float32, float64, float16 or bfloat16.
     mean, std : float
-        As for ``hwrng._philox.normal``.
+        As for the generic ``normal``.
 
     Returns
     -------
     torch.Tensor
         The shard's values, bit-identical to the generic path's.
-    """
-    from hwrng import _philox
 
+    Raises
+    ------
+    InvalidDeviceError
+        Where the kernel cannot serve the index vectors' device (see
+        :func:`why_unavailable`).
+    """
     device = _device(dim_indices)
-    if not available(device):
-        index = _philox.flat_index(dim_indices, global_shape)
-        return _philox.normal(seed, position, index, dtype, mean=mean, std=std)
-    seed, position = _philox._check_seed(seed, position)
-    mean, std = _philox._normal_parameters(dtype, mean, std)
+    seed, position = checked_seed_position(seed, position)
+    mean, std = normal_parameters(dtype, mean, std)
     kind = _NORMAL64 if dtype == torch.float64 else _NORMAL32
     shard = _shard(dim_indices, global_shape, device)
     return _launch(
@@ -580,12 +591,12 @@ def bernoulli_mask(
     global_shape: Sequence[int],
     p: float | torch.Tensor,
 ) -> torch.Tensor:
-    """``hwrng._philox.bernoulli_mask`` for the shard ``flat_index(dim_indices, global_shape)``.
+    """The generic path's ``bernoulli_mask`` for the shard of ``dim_indices`` in ``global_shape``.
 
     Parameters
     ----------
     seed, position : int
-        As for ``hwrng._philox.bernoulli_mask``.
+        As for the generic ``bernoulli_mask``.
     dim_indices : sequence of torch.Tensor
         The shard's global positions along each dim (see ``flat_index``).
     global_shape : sequence of int
@@ -598,18 +609,19 @@ def bernoulli_mask(
     -------
     torch.Tensor
         The shard's mask (bool), bit-identical to the generic path's.
-    """
-    from hwrng import _philox
 
+    Raises
+    ------
+    InvalidDeviceError
+        Where the kernel cannot serve the index vectors' device (see
+        :func:`why_unavailable`).
+    """
     device = _device(dim_indices)
-    if not available(device):
-        index = _philox.flat_index(dim_indices, global_shape)
-        return _philox.bernoulli_mask(seed, position, index, p)
-    seed, position = _philox._check_seed(seed, position)
-    probability = _philox._probability(p)
+    seed, position = checked_seed_position(seed, position)
+    single = probability(p)
     shard = _shard(dim_indices, global_shape, device)
     if isinstance(p, torch.Tensor):
-        if not _philox._broadcasts_to(p.shape, shard[2]):
+        if not probabilities_broadcast(p.shape, shard[2]):
             raise InvalidValueError(
                 f"probabilities of shape {tuple(p.shape)} do not broadcast to the shard's "
                 f"shape {shard[2]}"
@@ -621,5 +633,5 @@ def bernoulli_mask(
         )  # fmt: skip
     return _launch(
         _BERNOULLI, seed, position, shard, dtype=torch.bool, device=device,
-        threshold=round(probability * 2**32),
+        threshold=round(single * 2**32),
     )  # fmt: skip

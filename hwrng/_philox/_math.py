@@ -1,13 +1,31 @@
 """Elementary functions for the Philox ops, bit for bit the same on every device.
 
-``ln``, ``sin``/``cos`` of a fraction of a turn and the inverse normal CDF,
-built from IEEE ``+ - * /``, ``sqrt`` and bit operations only (each one torch
-op, so no backend fuses or reorders them): the libraries' own ``log``,
-``sin`` or ``erfinv`` differ between CPU and CUDA in the last bit, which would
-break the bit-identity :mod:`hwrng._philox` promises. The normal CDF ``phi``
-is computed on the host in exact decimal arithmetic. Accuracy, measured
-against mpmath at 40 digits: ``ln`` within 0.76 ulp, ``sincos_turns`` within
-3.2e-16 absolute, ``ndtri`` within 7.6e-16 relative; ``phi`` correctly rounded.
+The libraries' ``log``, ``sin``, ``cos`` and ``erfinv`` differ between CPU and
+CUDA in the last bits, which would break the bit-identity the Philox ops
+promise, so the ones needed are built here from IEEE ``+ - * /``, ``sqrt``,
+comparisons and integer bit operations on float64 (each one torch op, so no
+backend fuses or reorders them):
+
+* ``ln``: exponent split by integer arithmetic on the float's bits, mantissa
+  reduced to ``[sqrt(1/2), sqrt(2))``, ``ln(1 + f) = 2 atanh(s)`` with a
+  degree-6 minimax fit in ``s**2``; measured error below 0.77 ulp
+  (1.5e-16 relative), subnormals included.
+* sin and cos of ``2 pi u``: the reduction is exact, on the integer ``u * 2**B``
+  itself (quadrant from the top two bits, the rest ``s`` in ``[0, 1)``, and
+  ``1 - s`` for the complementary angle); then one odd polynomial for
+  ``sin(pi s / 2)`` on ``[0, 1]`` (degree 17, minimax); measured error below
+  3.3e-16 absolute (under 3 ulp).
+* ``Phi^-1``: rational minimax fits (degree 7/7) in three regions: ``q = p -
+  1/2`` for ``|q| <= 0.425``, else ``t = sqrt(-ln(min(p, 1 - p)))`` below and
+  above 5 (the structure of Wichura's AS241; the coefficients are fitted
+  here); measured error below 7.7e-16 relative, down to subnormal ``p``.
+* ``Phi`` (two numbers per truncated-normal op): exact decimal arithmetic on
+  the host, identical on every machine.
+
+The fits were made with mpmath (Lawson-weighted least squares at 50-60 digits
+on Chebyshev nodes; the fitting error is below 1e-16 everywhere); the errors
+above are those of the float64 evaluation, measured against mpmath at 40
+digits on 20,000 to 40,000 points each.
 """
 
 from __future__ import annotations

@@ -1,0 +1,38 @@
+"""Counter-based random numbers for the placement-invariant ops: each value a pure function of (seed, position, element index).
+
+The family's modules, each importing only those above it in this list:
+
+* ``_parameters``: argument checks (seeds, positions, index tensors, dtypes,
+  distribution parameters);
+* ``_bits``: Philox4x32-10 and the counter layout;
+* ``_index``: global flat indices and a shard's per-dim description of them;
+* ``_math``: ``ln``, ``sin``/``cos`` of a turn, ``Phi`` and ``Phi^-1``, the
+  same bits on every device;
+* ``_distributions``: the generic path (uniform, normal, Bernoulli, truncated
+  normal) in plain torch ops;
+* ``_triton``: the fused CUDA kernel of uniform, normal and Bernoulli;
+* ``_choose``: the ops as hwrng calls them, the one place that picks the fused
+  kernel or the generic path.
+"""
+
+from __future__ import annotations
+
+from hwrng._philox._bits import block_words, philox4x32_10
+from hwrng._philox._choose import bernoulli_mask, drawer, normal, trunc_normal, uniform
+from hwrng._philox._index import Indices, ShardIndices, check_dim_indices, flat_index
+from hwrng._philox._parameters import check_parameters
+
+__all__ = [
+    "Indices",
+    "ShardIndices",
+    "bernoulli_mask",
+    "block_words",
+    "check_dim_indices",
+    "check_parameters",
+    "drawer",
+    "flat_index",
+    "normal",
+    "philox4x32_10",
+    "trunc_normal",
+    "uniform",
+]

@@ -1,0 +1,217 @@
+"""The Philox ops as the rest of hwrng calls them: the one place that chooses fused or generic.
+
+A shard described by :class:`~hwrng._philox._index.ShardIndices` goes to the
+fused Triton kernel where it can serve the shard's device; everything else
+(index tensors, and shards elsewhere) takes the generic path. Both give the
+same values, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+from hwrng._philox import _distributions as generic
+from hwrng._philox import _triton as fused
+from hwrng._philox._index import Indices, ShardIndices
+from hwrng._philox._parameters import check_parameters
+
+__all__ = ["bernoulli_mask", "drawer", "normal", "trunc_normal", "uniform"]
+
+_R = TypeVar("_R")
+
+
+def _dispatch(
+    index: Indices,
+    on_shard: Callable[[ShardIndices], _R] | None,
+    on_index: Callable[[torch.Tensor], _R],
+) -> _R:
+    """``on_shard(index)`` where the fused kernel serves the shard, else ``on_index(flat)``."""
+    if isinstance(index, ShardIndices):
+        if on_shard is not None and fused.available(index.device):
+            return on_shard(index)
+        return on_index(index.flat())
+    return on_index(index)
+
+
+def uniform(
+    seed: int,
+    position: int,
+    index: Indices,
+    dtype: torch.dtype,
+    *,
+    low: float = 0.0,
+    high: float = 1.0,
+) -> torch.Tensor:
+    """Uniform values in ``[low, high)`` for the elements at global flat indices ``index``.
+
+    Parameters
+    ----------
+    seed : int
+        The 64-bit seed, in ``[0, 2**64)``.
+    position : int
+        The op's position, in ``[0, 2**63)``.
+    index : torch.Tensor or ShardIndices
+        Global flat element indices (integers ``>= 0``, any shape, any device),
+        or a shard's description by per-dim index vectors.
+    dtype : torch.dtype
+        float32, float64, float16 or bfloat16.
+    low, high : float
+        Finite bounds within the dtype's range, ``low <= high``.
+
+    Returns
+    -------
+    torch.Tensor
+        Values of ``dtype`` on ``index``'s device, in ``index``'s shape; see the
+        bit-to-float mapping of :mod:`hwrng._philox._distributions`.
+
+    Examples
+    --------
+    >>> uniform(0, 0, torch.arange(3), torch.float32).tolist()
+    [0.8660249710083008, 0.5133486986160278, 0.7006868720054626]
+    """
+    return _dispatch(
+        index,
+        lambda s: fused.uniform(seed, position, s.dims, s.shape, dtype, low=low, high=high),
+        lambda i: generic.uniform(seed, position, i, dtype, low=low, high=high),
+    )
+
+
+def normal(
+    seed: int,
+    position: int,
+    index: Indices,
+    dtype: torch.dtype,
+    *,
+    mean: float = 0.0,
+    std: float = 1.0,
+) -> torch.Tensor:
+    """Normal values (Box-Muller within a block) for the elements at global flat indices ``index``.
+
+    Parameters
+    ----------
+    seed : int
+        The 64-bit seed, in ``[0, 2**64)``.
+    position : int
+        The op's position, in ``[0, 2**63)``.
+    index : torch.Tensor or ShardIndices
+        Global flat element indices (integers ``>= 0``, any shape, any device),
+        or a shard's description by per-dim index vectors.
+    dtype : torch.dtype
+        float32, float64, float16 or bfloat16.
+    mean, std : float
+        Finite; ``std >= 0``.
+
+    Returns
+    -------
+    torch.Tensor
+        Values of ``dtype`` on ``index``'s device, in ``index``'s shape; see the
+        bit-to-float mapping of :mod:`hwrng._philox._distributions`.
+    """
+    return _dispatch(
+        index,
+        lambda s: fused.normal(seed, position, s.dims, s.shape, dtype, mean=mean, std=std),
+        lambda i: generic.normal(seed, position, i, dtype, mean=mean, std=std),
+    )
+
+
+def bernoulli_mask(
+    seed: int, position: int, index: Indices, p: float | torch.Tensor
+) -> torch.Tensor:
+    """A boolean mask, true with probability ``p``, for the elements at global indices ``index``.
+
+    Parameters
+    ----------
+    seed : int
+        The 64-bit seed, in ``[0, 2**64)``.
+    position : int
+        The op's position, in ``[0, 2**63)``.
+    index : torch.Tensor or ShardIndices
+        Global flat element indices (integers ``>= 0``, any shape, any device),
+        or a shard's description by per-dim index vectors.
+    p : float or torch.Tensor
+        The probability of true, in ``[0, 1]``: one number, or a floating tensor
+        of per-element probabilities that broadcasts to ``index``'s shape.
+
+    Returns
+    -------
+    torch.Tensor
+        bool, on ``index``'s device, in ``index``'s shape: ``w < round(p * 2**32)``
+        for each element's word ``w`` (``p = 0``: all false; ``p = 1``: all true).
+    """
+    return _dispatch(
+        index,
+        lambda s: fused.bernoulli_mask(seed, position, s.dims, s.shape, p),
+        lambda i: generic.bernoulli_mask(seed, position, i, p),
+    )
+
+
+def trunc_normal(
+    seed: int,
+    position: int,
+    index: Indices,
+    dtype: torch.dtype,
+    *,
+    mean: float = 0.0,
+    std: float = 1.0,
+    a: float = -2.0,
+    b: float = 2.0,
+) -> torch.Tensor:
+    """Normal values truncated to ``[a, b]``, by inverse CDF (one draw an element, no rejection).
+
+    As ``torch.nn.init.trunc_normal_``: ``a`` and ``b`` are absolute bounds.
+    When ``[a, b]`` lies more than about 38 standard deviations from the mean,
+    float64 cannot tell the probabilities apart and the values collapse onto
+    the bound nearer the mean. The fused kernel does not compute it: a shard
+    always takes the generic path.
+
+    Parameters
+    ----------
+    seed : int
+        The 64-bit seed, in ``[0, 2**64)``.
+    position : int
+        The op's position, in ``[0, 2**63)``.
+    index : torch.Tensor or ShardIndices
+        Global flat element indices (integers ``>= 0``, any shape, any device),
+        or a shard's description by per-dim index vectors.
+    dtype : torch.dtype
+        float32, float64, float16 or bfloat16.
+    mean, std, a, b : float
+        Finite; ``std > 0`` and ``a < b``.
+
+    Returns
+    -------
+    torch.Tensor
+        Values of ``dtype`` in ``[a, b]``, on ``index``'s device, in ``index``'s
+        shape; see the bit-to-float mapping of :mod:`hwrng._philox._distributions`.
+    """
+    return _dispatch(
+        index,
+        None,
+        lambda i: generic.trunc_normal(seed, position, i, dtype, mean=mean, std=std, a=a, b=b),
+    )
+
+
+def drawer(
+    op: str, dtype: torch.dtype, **parameters: float | torch.Tensor
+) -> Callable[[int, int, Indices], torch.Tensor]:
+    """Check ``op``'s parameters for ``dtype`` now; return what draws its values later.
+
+    ``op`` is ``"uniform"``, ``"normal"``, ``"trunc_normal"`` or ``"bernoulli"``
+    (whose 0/1 mask is cast to ``dtype``). The returned function takes ``(seed,
+    position, index)``. Checking up front lets a caller refuse bad input before
+    it moves a generator to draw.
+    """
+    check_parameters(op, dtype, **parameters)
+    if op == "bernoulli":
+        p = parameters["p"]
+        return lambda seed, position, index: bernoulli_mask(seed, position, index, p).to(dtype)
+    fills: dict[str, Callable[..., torch.Tensor]] = {
+        "uniform": uniform,
+        "normal": normal,
+        "trunc_normal": trunc_normal,
+    }
+    fill = fills[op]
+    return lambda seed, position, index: fill(seed, position, index, dtype, **parameters)

@@ -1,0 +1,116 @@
+"""Which elements an op computes: global flat indices, and a shard's per-dim description of them.
+
+An element's values depend on its global flat index only (row-major in the
+global shape), so a shard that computes its own elements gets the values the
+single-device tensor has there, whatever the placement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from hwrng._exceptions import InvalidValueError
+from hwrng._philox._parameters import checked_index, checked_word
+
+__all__ = ["Indices", "ShardIndices", "check_dim_indices", "flat_index", "flat_index_of_checked"]
+
+
+def flat_index(dim_indices: Sequence[torch.Tensor], global_shape: Sequence[int]) -> torch.Tensor:
+    """Global flat indices of a local shard, from the global positions it holds along each dim.
+
+    Parameters
+    ----------
+    dim_indices : sequence of torch.Tensor
+        For each dim ``k``, a 1-D integer tensor of the global positions along
+        ``k`` held by the shard, in local order: one range for a plain shard,
+        several concatenated ranges for a strided shard. All on one device.
+    global_shape : sequence of int
+        The shape of the whole (global) tensor.
+
+    Returns
+    -------
+    torch.Tensor
+        int64, of shape ``(len(dim_indices[0]), len(dim_indices[1]), ...)``:
+        ``sum_k dim_indices[k] * global_stride[k]`` broadcast over the dims
+        (row-major strides). A 0-d shape gives the 0-d index ``0``.
+
+    Examples
+    --------
+    >>> flat_index([torch.tensor([1, 2]), torch.tensor([0, 3])], (3, 4)).tolist()
+    [[4, 7], [8, 11]]
+    """
+    shape, vectors = check_dim_indices(dim_indices, global_shape)
+    return flat_index_of_checked(vectors, shape)
+
+
+def check_dim_indices(
+    dim_indices: Sequence[torch.Tensor], global_shape: Sequence[int]
+) -> tuple[list[int], list[torch.Tensor]]:
+    """The global shape as ints and the index vectors, once checked to describe a shard of it."""
+    shape = [checked_word("global_shape entry", int(n), 2**62) for n in global_shape]
+    if len(dim_indices) != len(shape):
+        raise InvalidValueError(
+            f"{len(dim_indices)} index vectors for a {len(shape)}-dimensional global shape"
+        )
+    if math.prod(shape) >= 2**62:
+        raise InvalidValueError(f"global shape {tuple(shape)} has too many elements")
+    vectors = [checked_index(v, f"dim_indices[{k}]") for k, v in enumerate(dim_indices)]
+    for axis, vector in enumerate(vectors):
+        if vector.dim() != 1:
+            raise InvalidValueError(
+                f"dim_indices[{axis}] must be 1-D, got shape {tuple(vector.shape)}"
+            )
+        if vector.numel():
+            low, high = torch.aminmax(vector)
+            if int(low) < 0 or int(high) >= shape[axis]:
+                raise InvalidValueError(
+                    f"dim_indices[{axis}] must lie in [0, {shape[axis]}), "
+                    f"got [{int(low)}, {int(high)}]"
+                )
+    return shape, vectors
+
+
+def flat_index_of_checked(vectors: Sequence[torch.Tensor], shape: Sequence[int]) -> torch.Tensor:
+    """:func:`flat_index` for vectors and a shape already checked by :func:`check_dim_indices`."""
+    if not shape:
+        return torch.zeros((), dtype=torch.int64)
+    total: torch.Tensor | None = None
+    stride = 1
+    for axis in range(len(shape) - 1, -1, -1):
+        view = [1] * len(shape)
+        view[axis] = -1
+        term = (vectors[axis] * stride).reshape(view)
+        total = term if total is None else total + term
+        stride *= shape[axis]
+    assert total is not None
+    return total.expand(*(v.numel() for v in vectors)).contiguous()
+
+
+@dataclass(frozen=True, eq=False)
+class ShardIndices:
+    """A shard's global indices, as one global index vector per dim (see :func:`flat_index`).
+
+    The random ops accept it wherever they accept an index tensor: the fused
+    Triton kernel reads this description directly (on CUDA, where Triton
+    imports); elsewhere the ops materialise :meth:`flat`.
+    """
+
+    dims: tuple[torch.Tensor, ...]
+    shape: tuple[int, ...]
+
+    @property
+    def device(self) -> torch.device:
+        """Where the indices live."""
+        return self.dims[0].device if self.dims else torch.device("cpu")
+
+    def flat(self) -> torch.Tensor:
+        """The global flat index of every element, in the shard's shape."""
+        return flat_index(self.dims, self.shape)
+
+
+#: what the random ops take: global flat indices, or a shard's per-dim description
+Indices = torch.Tensor | ShardIndices

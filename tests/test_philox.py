@@ -693,6 +693,12 @@ def test_the_fused_module_imports_and_says_why_not() -> None:
             call()
 
 
+def fused_available(device: str) -> bool:
+    from hwrng._philox import _triton as fused
+
+    return fused.available(device)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_a_shard_the_kernel_cannot_serve_takes_the_generic_path(dtype: torch.dtype) -> None:
     dims, shape = (torch.tensor([1, 3]), torch.tensor([0, 2, 3])), (5, 4)
@@ -715,12 +721,6 @@ def test_a_shard_the_kernel_cannot_serve_takes_the_generic_path(dtype: torch.dty
         assert torch.equal(got[name], values), name
 
 
-def fused_available(device: str) -> bool:
-    from hwrng._philox import _triton as fused
-
-    return fused.available(device)
-
-
 FUSED_CHECK = """
 import torch
 from hwrng import _philox
@@ -741,6 +741,10 @@ for dims, shape in cases:
             generic = _philox.uniform(seed, position, index, dtype, low=low, high=high)
             fast = fused.uniform(seed, position, dims, shape, dtype, low=low, high=high)
             assert torch.equal(generic, fast), ("uniform", shape, dtype, low)
+            chosen = _philox.uniform(
+                seed, position, _philox.ShardIndices(tuple(dims), shape), dtype, low=low, high=high
+            )
+            assert torch.equal(generic, chosen), ("chosen uniform", shape, dtype, low)
         generic = _philox.normal(seed, position, index, dtype, mean=0.5, std=3.0)
         fast = fused.normal(seed, position, dims, shape, dtype, mean=0.5, std=3.0)
         assert torch.equal(generic, fast), ("normal", shape, dtype)

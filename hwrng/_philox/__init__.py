@@ -1,4 +1,4 @@
-"""Counter-based random numbers for the placement-invariant ops: each value a pure function of (seed, position, element index).
+"""Counter-based random numbers: each value a pure function of (seed, position, element index).
 
 The family's modules, each importing only those above it in this list:
 

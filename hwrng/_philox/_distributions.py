@@ -1,4 +1,4 @@
-"""The generic path of the Philox ops: uniform, normal, Bernoulli and truncated normal from index tensors.
+"""The generic path of the Philox ops: uniform, normal, Bernoulli and truncated normal.
 
 Every value is a pure function of (seed, position, element index), computed
 in plain torch ops, so it runs on every torch device and gives the same bits
@@ -149,6 +149,7 @@ def _draw(
         part = flat[start : start + chunk]
         out[start : start + part.numel()] = _element_values(seed, position, part, per_block, table)
     return out.reshape(index.shape)
+
 
 def _round_to(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """float64 values rounded to ``dtype``: to float32 first, then to a half type."""

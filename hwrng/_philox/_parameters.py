@@ -1,4 +1,4 @@
-"""Checks of the Philox ops' arguments: seeds, positions, index tensors, dtypes, distribution parameters.
+"""Checks of the Philox ops' arguments: seeds, positions, indices, dtypes, parameters.
 
 Every op checks its input here before it computes anything, so the generic
 path and the fused kernel refuse the same input with the same error.
@@ -23,8 +23,8 @@ __all__ = [
     "checked_seed_position",
     "checked_word",
     "normal_parameters",
-    "probability",
     "probabilities_broadcast",
+    "probability",
     "trunc_normal_parameters",
     "uniform_parameters",
 ]

@@ -2,7 +2,7 @@
 # (Triton kernels take untyped, specialised parameters; the public functions are fully typed.)
 # ruff: noqa: PLR0917
 # (Triton device functions take their operands and constants positionally.)
-"""A fused Triton kernel of the Philox ops, for CUDA devices: uniform, normal and Bernoulli of a shard.
+"""A fused Triton kernel of the Philox ops for CUDA: a shard's uniform, normal, Bernoulli values.
 
 One launch computes a local shard's values straight from the shard's per-dim
 global index vectors and writes them to the output: no int64 index tensor of
@@ -124,7 +124,7 @@ if triton is not None:
     _SQRT_HALF_BITS = tl.constexpr(0x3FE6A09E667F3BCD)
 
     @triton.jit
-    def _philox(c0, c1, c2, c3, k0, k1):
+    def _philox_rounds(c0, c1, c2, c3, k0, k1):
         """Philox4x32-10 on uint32 tensors (uint32 products wrap; umulhi is the high word)."""
         for _ in tl.static_range(10):
             hi0 = tl.umulhi(c0, _M0)
@@ -328,7 +328,7 @@ if triton is not None:
         )
         block = e >> BLOCK_SHIFT
         zero = tl.zeros([BLOCK], dtype=tl.uint32)
-        x0, x1, x2, x3 = _philox(
+        x0, x1, x2, x3 = _philox_rounds(
             (block & 0xFFFFFFFF).to(tl.uint32),
             (block >> 32).to(tl.uint32),
             zero + c2.to(tl.uint32),

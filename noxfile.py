@@ -102,3 +102,16 @@ def trainers(session: nox.Session) -> None:
     session.install(TRAINERS_TORCH, "-e", ".[test,lightning,accelerate,torchtitan]")
     session.env.pop("PYTHONPATH", None)
     session.run("python", "-m", "pytest", "-q", *(session.posargs or ("tests/integrations",)))
+
+
+#: The torch the documentation site is built with: mkdocstrings reads the source, but
+#: ``pip install -e .`` needs a torch, and the CPU wheel is the small one.
+DOCS_TORCH = "torch==2.13.0+cpu"
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site, built strictly: broken links, anchors or references fail."""
+    session.install(DOCS_TORCH, "-e", ".[docs]")
+    session.env.pop("PYTHONPATH", None)
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site")

@@ -1,8 +1,11 @@
-"""Every Python block of the README runs as written, and the recipe prints what it promises.
+"""Every Python block of the README and the docs runs as written, and the recipe prints its promise.
 
 A block whose first line is ``# torchrun --nproc-per-node N NAME`` runs under
 torchrun with N gloo ranks on this host; every other block runs in a fresh
-interpreter. Each runs in an empty directory.
+interpreter. Each runs in an empty directory. A block that appears, identical,
+on several pages (the thirty-second example is in the README and on the docs'
+home page) runs once. Blocks fenced as ``py`` are shown, never run (they need a
+trainer or a GPU).
 """
 
 from __future__ import annotations
@@ -14,24 +17,35 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 NUMBER = r"-?\d+\.\d{6}"  # the block prints six decimals; ranks' lines may interleave
 TORCHRUN = re.compile(r"# torchrun --nproc-per-node (\d+) (\S+\.py)")
 
 
-def _blocks() -> list[tuple[int, str]]:
-    """``(line number, code)`` of every fenced Python block."""
-    blocks, lines, start = [], README.read_text(encoding="utf-8").splitlines(), None
+def _blocks(page: Path) -> list[tuple[int, str]]:
+    """``(line number, code)`` of every fenced Python block of one page."""
+    blocks, lines, start = [], page.read_text(encoding="utf-8").splitlines(), None
     for number, line in enumerate(lines, 1):
         if start is None and line.strip() == "```python":
             start = number
         elif start is not None and line.strip() == "```":
             blocks.append((start, "\n".join(lines[start : number - 1]) + "\n"))
             start = None
+    assert start is None, f"{page}: the block at line {start} is never closed"
     return blocks
 
 
-BLOCKS = _blocks()
+def _unique_blocks() -> dict[str, list[str]]:
+    """Each distinct block, with every ``page:line`` where it appears (first first)."""
+    places: dict[str, list[str]] = {}
+    for page in PAGES:
+        for line, code in _blocks(page):
+            places.setdefault(code, []).append(f"{page.relative_to(ROOT)}:{line}")
+    return places
+
+
+BLOCKS = _unique_blocks()
 
 
 def _run(code: str, directory: Path) -> subprocess.CompletedProcess[str]:
@@ -57,16 +71,21 @@ def _run(code: str, directory: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_readme_has_the_blocks_this_test_expects() -> None:
+def test_the_pages_have_the_blocks_this_test_expects() -> None:
     assert len(BLOCKS) >= 5
-    assert sum(TORCHRUN.fullmatch(code.splitlines()[0]) is not None for _, code in BLOCKS) == 2
+    assert sum(TORCHRUN.fullmatch(code.splitlines()[0]) is not None for code in BLOCKS) == 2
+    readme = [code for _, code in _blocks(ROOT / "README.md")]
+    assert any("thirty_seconds.py" in code.splitlines()[0] for code in readme)
+    home = [code for _, code in _blocks(ROOT / "docs" / "index.md")]
+    assert [code for code in readme if code in home] == readme, "README's example differs"
 
 
-@pytest.mark.parametrize(("line", "code"), BLOCKS, ids=[f"line{line}" for line, _ in BLOCKS])
-def test_every_block_runs_as_written(line: int, code: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("code", list(BLOCKS), ids=[places[0] for places in BLOCKS.values()])
+def test_every_block_runs_as_written(code: str, tmp_path: Path) -> None:
     result = _run(code, tmp_path)
     assert result.returncode == 0, (
-        f"README block at line {line} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        f"block at {', '.join(BLOCKS[code])} failed:\n"
+        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     )
     if "thirty_seconds.py" in code.splitlines()[0]:
         _check_thirty_seconds(result.stdout + result.stderr)

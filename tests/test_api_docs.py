@@ -172,7 +172,7 @@ def test_every_hook_has_an_effect_and_is_documented() -> None:
     assert build_parser(registry).parse_args(["hookcheck"]).func(None) == 0
     guide = (ROOT / "docs" / "conformance.md").read_text()
     for hook in hooks:
-        assert f"`{hook}(" in guide, f"the backend guide (docs/conformance.md) does not describe {hook}"
+        assert f"`{hook}(" in guide, f"docs/conformance.md does not describe {hook}"
 
 
 def test_every_issue_contract_name_is_exported() -> None:

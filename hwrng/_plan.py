@@ -1,9 +1,5 @@
 """Seed plans, pure: which seed each rank gets, and which seed a DTensor op uses.
 
-Long on purpose: one formula seen from three sides -- one rank's seed, every
-rank's seed (vectorised for a million ranks), and the seed a DTensor op shares
--- which must agree, so they are written together.
-
 The seed of a rank is ``seed + the linear index of its coordinate over the
 sharded dims``, the first listed dim varying slowest, modulo ``2**64``. Ranks
 that differ only along unsharded dims (replicas) share a seed. For a mesh

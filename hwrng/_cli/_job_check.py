@@ -1,9 +1,5 @@
 """``hwrng check``: the main job. Proves the promise on the user's own hardware.
 
-Long on purpose: each check has three parts -- what every rank draws, how the
-ranks' digests are judged, and how the verdict is printed -- and they are kept
-together so that one cannot drift from the others.
-
 Every rank seeds with :func:`hwrng.manual_seed`, installs the DTensor adapter,
 runs DTensor random ops on replicated, sharded, uneven and doubly-sharded
 tensors, initialises a small tensor-parallel model (``ColwiseParallel`` /

@@ -14,7 +14,7 @@ Three paths through one region, by how the op runs:
 On CUDA torch runs plain DTensor random ops through its ``run_dtensor_rng_op``
 operator, which asks this tracker only for ``_compute_rng_offsets``; the
 adapter gives that operator a CUDA kernel that draws through the same region
-(see ``_dtensor_hooks``), with the seed chosen here.
+(see ``hwrng.dtensor._hooks``), with the seed chosen here.
 """
 
 from __future__ import annotations

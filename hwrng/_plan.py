@@ -277,11 +277,11 @@ class Seeding:
         found = self._dtensor_seeds.get(ranks)
         if found is None:
             whole = len(set(ranks)) >= _world_size(len(ranks))
-            outside = [d for d in self.dims if not self._inside(d, ranks, whole)]
+            outside = [d for d in self.dims if not self._inside(d, ranks, whole=whole)]
             found = self._dtensor_seeds[ranks] = self._seed_over(outside)
         return found
 
-    def _inside(self, dim: SeedDim, ranks: tuple[int, ...], whole: bool) -> bool:
+    def _inside(self, dim: SeedDim, ranks: tuple[int, ...], *, whole: bool) -> bool:
         if dim.members is not None:
             return len(set(dim.members) & set(ranks)) > 1
         layout = self.layout

@@ -118,7 +118,9 @@ def _as_u64(value: int) -> int:
 def _region_enter(start: int, end: int, rank_seed: int, mesh_seed: int, has_plan: bool) -> None:
     tracker = _installed()
     choose = _choose(_as_u64(rank_seed), _as_u64(mesh_seed)) if has_plan else None
-    region = tracker.hwrng_tracker.positioned_by(start, end, None, False, choose)
+    region = tracker.hwrng_tracker.positioned_by(
+        start, end, None, via_default=False, choose_seed=choose
+    )
     region.__enter__()
     _stack().append(region)
 
@@ -203,7 +205,10 @@ def tracker_class(base: type[Any]) -> type[Any]:
             # A user's generator keeps its own seed: the user chose it for every rank.
             choose = None if generator is not None else self.hwrng_seeds.chooser(spec.mesh)
             with self.hwrng_tracker.positioned(
-                _shard_spec(spec), generator, generator is not None, choose
+                _shard_spec(spec),
+                generator,
+                via_default=generator is not None,
+                choose_seed=choose,
             ):
                 yield
 

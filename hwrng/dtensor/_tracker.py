@@ -87,14 +87,25 @@ def _tracing() -> bool:
 
 # -- compiled code: ordered custom ops position the generator at run time -------------------
 
-_open_regions = threading.local()
+
+class _OpenRegions(threading.local):
+    """The regions compiled code has entered and not yet left, per thread.
+
+    ``stack`` holds the entered region context managers, innermost last: the
+    ``hwrng::region_enter`` operator (:func:`_region_enter`) pushes one when a
+    compiled DTensor op starts and ``hwrng::region_exit`` (:func:`_region_exit`)
+    pops and exits it when the op ends. Nothing else reads it.
+    """
+
+    def __init__(self) -> None:
+        self.stack: list[Any] = []
+
+
+_open_regions = _OpenRegions()
 
 
 def _stack() -> list[Any]:
-    stack: list[Any] | None = getattr(_open_regions, "stack", None)
-    if stack is None:
-        stack = _open_regions.stack = []
-    return stack
+    return _open_regions.stack
 
 
 def _installed() -> Any:
@@ -172,7 +183,7 @@ def tracker_class(base: type[Any]) -> type[Any]:
             self.hwrng_platform = platform
             self.hwrng_tracker = OffsetTracker(platform)
             self.hwrng_seeds = _MeshSeeds()
-            self._pending = threading.local()
+            self._pending = _PendingSeedChoice()
 
         @contextlib.contextmanager
         def _distribute_region(
@@ -222,7 +233,7 @@ def tracker_class(base: type[Any]) -> type[Any]:
 
         def take_pending_chooser(self) -> Callable[[int], int] | None:
             """The seed choice ``_compute_rng_offsets`` left for the op now running (once)."""
-            choose: Callable[[int], int] | None = getattr(self._pending, "choose", None)
+            choose = self._pending.choose
             self._pending.choose = None
             return choose
 
@@ -230,3 +241,21 @@ def tracker_class(base: type[Any]) -> type[Any]:
             self.hwrng_platform.manual_seed(parallel_seed)
 
     return HwrngDTensorTracker
+
+
+class _PendingSeedChoice(threading.local):
+    """The seed choice handed from ``_compute_rng_offsets`` to the CUDA kernel, per thread.
+
+    On CUDA torch runs a plain DTensor random op through its
+    ``run_dtensor_rng_op`` operator, which calls the tracker's
+    ``_compute_rng_offsets(spec)`` and then, right after, hwrng's kernel for
+    that operator (``hwrng.dtensor._hooks._rng_op_kernel``). ``choose`` carries
+    what the kernel needs and the offsets do not say: the seed chooser of the
+    op's mesh (``None``: draw with the generator's own seed).
+    ``_compute_rng_offsets`` sets it (in eager code only);
+    ``take_pending_chooser`` reads it for the kernel and clears it, so that
+    each choice is used once, by the op it was made for.
+    """
+
+    def __init__(self) -> None:
+        self.choose: Callable[[int], int] | None = None

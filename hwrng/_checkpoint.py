@@ -1,9 +1,5 @@
 """Exact resume: every RNG stream of this rank saved, checked, and restored bit for bit.
 
-Long on purpose: the format, its checks and the restore are one contract, and
-``load_state_dict`` must check everything before it changes anything, so the
-checks sit beside the writes they guard.
-
 :func:`state_dict` returns this rank's complete RNG state as tensors and plain
 values (``torch.save`` / ``torch.load(weights_only=True)`` round-trip it);
 :func:`load_state_dict` checks *everything* before it changes *anything*, and

@@ -1,9 +1,5 @@
 """Seed plans, pure: which seed each rank gets, and which seed a DTensor op uses.
 
-Long on purpose: one formula seen from three sides -- one rank's seed, every
-rank's seed (vectorised for a million ranks), and the seed a DTensor op shares
--- which must agree, so they are written together.
-
 The seed of a rank is ``seed + the linear index of its coordinate over the
 sharded dims``, the first listed dim varying slowest, modulo ``2**64``. Ranks
 that differ only along unsharded dims (replicas) share a seed. For a mesh
@@ -281,11 +277,11 @@ class Seeding:
         found = self._dtensor_seeds.get(ranks)
         if found is None:
             whole = len(set(ranks)) >= _world_size(len(ranks))
-            outside = [d for d in self.dims if not self._inside(d, ranks, whole)]
+            outside = [d for d in self.dims if not self._inside(d, ranks, whole=whole)]
             found = self._dtensor_seeds[ranks] = self._seed_over(outside)
         return found
 
-    def _inside(self, dim: SeedDim, ranks: tuple[int, ...], whole: bool) -> bool:
+    def _inside(self, dim: SeedDim, ranks: tuple[int, ...], *, whole: bool) -> bool:
         if dim.members is not None:
             return len(set(dim.members) & set(ranks)) > 1
         layout = self.layout

@@ -1,8 +1,5 @@
 """The platform interface: everything hwrng needs from a kind of hardware.
 
-Long on purpose: it is the whole interface a backend implements, with the ready
-base for device-module accelerators, so that a backend author reads one file.
-
 A :class:`Platform` describes one torch device type (``"cpu"``, ``"cuda"``,
 ``"npu"``, ...): whether it can run here, its devices, their default
 generators, their RNG state, a counter view of each generator, and a

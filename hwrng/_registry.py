@@ -1,10 +1,5 @@
 """The plugin registry: finds backends and answers which platform to use.
 
-Long on purpose: discovery, the per-entry-point isolation that pluggy does not
-do (a time-bounded import, a scratch-manager check) and the selection rules
-share one manager and its cache; split, each part would reach into the others'
-private state.
-
 Plugins come from the ``hwrng`` entry-point group (the built-in backends are
 registered there too) and from :func:`register_plugin`. Loading is lazy and
 happens once, through pluggy's own ``load_setuptools_entrypoints`` (which

@@ -116,7 +116,7 @@ def seed_everything(seed: int, platform: Platform | str | None = None) -> Platfo
     return resolved
 
 
-def apply_seeding(seeding: Seeding, platform: Platform, deterministic: bool = False) -> int:
+def apply_seeding(seeding: Seeding, platform: Platform, *, deterministic: bool = False) -> int:
     """Seed every stream with ``seeding.rank_seed``, record the plan, return the seed."""
     seed = seeding.rank_seed
     seed_streams(seed, platform)
@@ -205,4 +205,4 @@ def manual_seed(
         seeding = plan_for_groups(value, groups, resolved.name)
     else:
         seeding = Seeding(value, (), resolved.name, "manual_seed")
-    return apply_seeding(seeding, resolved, deterministic)
+    return apply_seeding(seeding, resolved, deterministic=deterministic)

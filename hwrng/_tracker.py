@@ -120,12 +120,13 @@ class OffsetTracker:
         else:
             fixed = check_seed(draw_seed, "draw_seed")
             choose = lambda own: fixed  # noqa: E731 - the one-line rule reads best here
-        return _Region(self, shard_offsets(spec), generator, via_default, choose)
+        return _Region(self, shard_offsets(spec), generator, via_default=via_default, choose=choose)
 
     def positioned(
         self,
         spec: ShardSpec,
         generator: torch.Generator | None,
+        *,
         via_default: bool,
         choose_seed: Callable[[int], int] | None,
     ) -> AbstractContextManager[torch.Generator]:
@@ -134,18 +135,21 @@ class OffsetTracker:
         ``choose_seed`` maps the tracked generator's seed to the seed the shard
         is drawn with (``None``: the same seed).
         """
-        return _Region(self, shard_offsets(spec), generator, via_default, choose_seed)
+        return _Region(
+            self, shard_offsets(spec), generator, via_default=via_default, choose=choose_seed
+        )
 
     def positioned_by(
         self,
         start: int,
         end: int,
         generator: torch.Generator | None,
+        *,
         via_default: bool,
         choose_seed: Callable[[int], int] | None,
     ) -> AbstractContextManager[torch.Generator]:
         """:meth:`positioned` with the increments given (from :func:`hwrng.shard_offsets`)."""
-        return _Region(self, (start, end), generator, via_default, choose_seed)
+        return _Region(self, (start, end), generator, via_default=via_default, choose=choose_seed)
 
 
 class _Region:
@@ -171,6 +175,7 @@ class _Region:
         tracker: OffsetTracker,
         offsets: tuple[int, int],
         generator: torch.Generator | None,
+        *,
         via_default: bool,
         choose: Callable[[int], int] | None,
     ) -> None:

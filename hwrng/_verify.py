@@ -1,9 +1,5 @@
 """``hwrng.verify``: prove at run time that replicas agree and shards differ, stream by stream.
 
-Long on purpose: the fingerprint layout below, how each stream is fingerprinted
-and how the gathered fingerprints are judged are one wire format that every
-rank must read alike.
-
 Every rank sends one fingerprint of 64 bytes -- 16 words of 32 bits -- in a
 single ``all_gather``; only when some rank could not build its fingerprint do
 all ranks exchange one more fixed-size message (what went wrong), so that every
@@ -315,7 +311,10 @@ def _check_stream_names(chosen: Iterable[str] | None) -> list[str] | None:
     return wanted
 
 
-def _select(streams: list[_Stream], wanted: list[str] | None, capacity: int) -> list[_Stream]:
+def _select_streams_to_fingerprint(
+    streams: list[_Stream], wanted: list[str] | None, capacity: int
+) -> list[_Stream]:
+    """The streams named in ``wanted`` (all if ``None``), folded or refused to fit ``capacity``."""
     if wanted is None:
         selected = streams
     else:
@@ -420,7 +419,7 @@ def _fingerprint(
         *_named_streams(),
         dtensor.stream,
     ]
-    chosen = _select(everything, wanted, MAX_STREAMS - len(groups))
+    chosen = _select_streams_to_fingerprint(everything, wanted, MAX_STREAMS - len(groups))
     names_digest = _digest32(repr([s.name for s in chosen]).encode())
     words = [0, names_digest, plan_digest, *_split64(replica_key)]
     words += [dtensor.mesh_key, dtensor.seed_key, *groups, *(s.digest for s in chosen)]
@@ -641,9 +640,11 @@ def _judge(
         digests = {r: row[first + position] for r, row in rows.items()}
         unjudged = ""
         if stream.expectation == _DTENSOR:
-            problems, offenders = _check(digests, dtensor_mesh, dtensor_seed, coordinates)
+            problems, offenders = _find_agreement_violations(
+                digests, dtensor_mesh, dtensor_seed, coordinates
+            )
         elif stream.expectation == _SHARDS_DIFFER:
-            problems, offenders = _check(digests, None, replica, coordinates)
+            problems, offenders = _find_agreement_violations(digests, None, replica, coordinates)
             if mine.preset is not None and len(set(replica.values())) < len(ranks):
                 unjudged = (
                     f"ranks that {mine.preset} does not tell apart were not compared, so a "
@@ -651,7 +652,7 @@ def _judge(
                     "pass mesh= and sharded_dims= with streams=[this state]"
                 )
         else:
-            problems, offenders = _check(digests, replica, replica, coordinates)
+            problems, offenders = _find_agreement_violations(digests, replica, replica, coordinates)
         verdicts.append(
             StreamVerdict(
                 stream.name, stream.expectation, tuple(problems), tuple(offenders), unjudged
@@ -699,7 +700,7 @@ def _group_by(values: dict[int, Any]) -> dict[Any, list[int]]:
     return groups
 
 
-def _check(
+def _find_agreement_violations(
     digests: dict[int, int],
     agree: dict[int, Any] | None,
     apart: dict[int, int],

@@ -136,7 +136,9 @@ def _position(
     tracker = OffsetTracker(resolve_platform(platform))
     if generator is not None:
         tracker.platform.check_generator(generator)
-    return tracker.positioned_by(0, advance(spec), generator, False, choose_seed)
+    return tracker.positioned_by(
+        0, advance(spec), generator, via_default=False, choose_seed=choose_seed
+    )
 
 
 def advance(spec: ShardSpec) -> int:

@@ -1,9 +1,5 @@
 """Seeding presets that reproduce existing trainers' per-rank seeds exactly.
 
-Long on purpose: one short section per trainer (its source, its formula, its
-``apply``); a module per trainer would be many small files with the same
-imports.
-
 Migrating a job to hwrng should not change its randomness. Each preset has a
 pure function that computes the trainer's seeds (tested against the
 trainer's formula) and an ``apply`` function that seeds like the trainer does,

@@ -1,9 +1,7 @@
 """The ``hwrng`` command line: ``backends``, ``plan``, ``check``, and commands plugins add.
 
-Long on purpose: it is the whole command line -- parsing and validating each
-built-in subcommand's arguments, the small ``backends`` and ``plan`` commands,
-the plugin-command hook and signal handling -- while the work of ``check``
-lives in ``hwrng._cli._job_check`` and table formatting in ``hwrng._cli._table``.
+The work of ``check`` lives in ``hwrng._cli._job_check`` and table formatting
+in ``hwrng._cli._table``.
 
 Plugins add subcommands through the :func:`~hwrng.hookspecs.hwrng_register_commands`
 hook (the conformance suite adds ``hwrng conformance`` that way), so this

@@ -1,9 +1,5 @@
 """``hwrng check``: the main job. Proves the promise on the user's own hardware.
 
-Long on purpose: each check has three parts -- what every rank draws, how the
-ranks' digests are judged, and how the verdict is printed -- and they are kept
-together so that one cannot drift from the others.
-
 Every rank seeds with :func:`hwrng.manual_seed`, installs the DTensor adapter,
 runs DTensor random ops on replicated, sharded, uneven and doubly-sharded
 tensors, initialises a small tensor-parallel model (``ColwiseParallel`` /
@@ -21,6 +17,7 @@ last dim).
 from __future__ import annotations
 
 import datetime
+import enum
 import hashlib
 import math
 import sys
@@ -70,25 +67,55 @@ def _tp_dim(names: Sequence[str]) -> str:
     return TENSOR_PARALLEL_DIM if TENSOR_PARALLEL_DIM in dims else dims[-1]
 
 
-def _ops(mesh: Any, tp_dim: str) -> dict[str, tuple[Any, Any]]:
-    """The DTensor ops of the check: name -> (placements, function returning the tensor)."""
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+class Layout(enum.Enum):
+    """How a DTensor op of the check lays its tensor over the op mesh.
+
+    :func:`run_rank` draws each op with its layout's placements and reports
+    the layout beside the op's digest; :func:`judge` rebuilds the same
+    placements from it to tell which ranks hold the same shard.
+    """
+
+    REPLICATED = "replicated"
+    SHARD0_ON_TP = "Shard(0) on the tensor-parallel dim"
+    SHARD1_ON_TP = "Shard(1) on the tensor-parallel dim"
+    SHARD0_ON_EVERY_DIM = "Shard(0) on every mesh dim"
+
+    def placements(self, dims: Sequence[str], tp_dim: str) -> list[Any]:
+        """The placements over the mesh dims ``dims`` (``tp_dim`` among them)."""
+        from torch.distributed.tensor import Replicate, Shard
+
+        if self is Layout.REPLICATED:
+            return [Replicate()] * len(dims)
+        if self is Layout.SHARD1_ON_TP:
+            return [Shard(1) if d == tp_dim else Replicate() for d in dims]
+        if self is Layout.SHARD0_ON_EVERY_DIM:
+            return [Shard(0)] * len(dims)
+        return [Shard(0) if d == tp_dim else Replicate() for d in dims]
+
+
+def _ops(mesh: Any, tp_dim: str) -> dict[str, tuple[Layout, Any]]:
+    """The DTensor ops of the check: name -> (layout, function returning the tensor)."""
+    from torch.distributed.tensor import distribute_tensor
 
     names = list(mesh.mesh_dim_names)
-    replicate = [Replicate()] * mesh.ndim
-    on_tp = [Shard(0) if n == tp_dim else Replicate() for n in names]
-    uneven = [Shard(1) if n == tp_dim else Replicate() for n in names]
-    twice = [Shard(0)] * mesh.ndim
     device = mesh.device_type
 
-    def fresh(shape: tuple[int, ...], placements: list[Any]) -> Any:
+    def fresh(shape: tuple[int, ...], layout: Layout) -> Any:
+        placements = layout.placements(names, tp_dim)
         return distribute_tensor(torch.zeros(shape, device=device), mesh, placements)
 
+    replicated = Layout.REPLICATED
+    on_tp = Layout.SHARD0_ON_TP
+    uneven = Layout.SHARD1_ON_TP
+    twice = Layout.SHARD0_ON_EVERY_DIM
     return {
-        "uniform_ on a replicated (4, 4)": (replicate, lambda: fresh((4, 4), replicate).uniform_()),
+        "uniform_ on a replicated (4, 4)": (
+            replicated,
+            lambda: fresh((4, 4), replicated).uniform_(),
+        ),
         "dropout on a replicated (64,)": (
-            replicate,
-            lambda: torch.nn.functional.dropout(fresh((64,), replicate) + 1, p=0.5),
+            replicated,
+            lambda: torch.nn.functional.dropout(fresh((64,), replicated) + 1, p=0.5),
         ),
         f"normal_ on (16, 3), Shard(0) on {tp_dim}": (
             on_tp,
@@ -133,11 +160,13 @@ def run_rank(
     tracker = hwrng.RNGStatesTracker(platform, name="hwrng-check")
     tracker.add("model-parallel-rng", (my_seed + 2718 * (1 + dist.get_rank())) % 2**64)
     ops: dict[str, tuple[str, int]] = {}
+    layouts: dict[str, str] = {}
     started = time.perf_counter()
     install(platform)
     try:
-        for name, (_, make) in _ops(op_mesh, tp_dim).items():
+        for name, (layout, make) in _ops(op_mesh, tp_dim).items():
             ops[name] = _digest(make().to_local())
+            layouts[name] = layout.value
         model = torch.nn.Sequential(
             torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8), torch.nn.Dropout(0.5)
         ).to(platform.device())
@@ -171,6 +200,7 @@ def run_rank(
         "coordinate": coordinate,
         "seed": my_seed,
         "ops": ops,
+        "layouts": layouts,
         "params": params,
         "output": output,
         "named_local": local,
@@ -257,18 +287,6 @@ def _named(ranks: Sequence[int], coordinates: dict[int, dict[str, int]]) -> str:
     return f"ranks {shown}" + (f" and {len(ranks) - 4} more" if len(ranks) > 4 else "")
 
 
-def _placements(name: str, op_dims: Sequence[str], tp_dim: str) -> list[Any]:
-    from torch.distributed.tensor import Replicate, Shard
-
-    if "replicated" in name:
-        return [Replicate()] * len(op_dims)
-    if "uneven" in name:
-        return [Shard(1) if d == tp_dim else Replicate() for d in op_dims]
-    if "every mesh dim" in name:
-        return [Shard(0)] * len(op_dims)
-    return [Shard(0) if d == tp_dim else Replicate() for d in op_dims]
-
-
 def judge(
     results: list[dict[str, Any]],
     *,
@@ -306,7 +324,7 @@ def judge(
     tp_dim = _tp_dim(names)
     apart = [d for d in sharded if d not in op_dims]
     for name in results[0]["ops"]:
-        placements = _placements(name, op_dims, tp_dim)
+        placements = Layout(results[0]["layouts"][name]).placements(op_dims, tp_dim)
         entries: dict[int, tuple[Any, str, int]] = {}
         for r in results:
             spec = ShardSpec(

@@ -162,7 +162,7 @@ def _broadcast_shape(shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
     return tuple(result)
 
 
-def layout_words(seed: int, position: int, block: torch.Tensor, small: bool) -> Words:
+def layout_words(seed: int, position: int, block: torch.Tensor, *, small: bool) -> Words:
     """:func:`block_words` for checked arguments; ``small``: all blocks are below 2**32."""
     high: _Word = 0 if small else block >> 32
     return _rounds(
@@ -197,4 +197,4 @@ def block_words(seed: int, position: int, block: torch.Tensor) -> Words:
     block = checked_index(block, "block")
     if block.numel() and int(block.min()) < 0:
         raise InvalidValueError("block indices must be >= 0")
-    return layout_words(seed, position, block, False)
+    return layout_words(seed, position, block, small=False)

@@ -116,14 +116,14 @@ def _element_values(
     ):
         start, stop = first >> shift, last >> shift
         blocks = torch.arange(start, stop + 1, dtype=torch.int64, device=e.device)
-        values = table(layout_words(seed, position, blocks, stop < 2**32))
+        values = table(layout_words(seed, position, blocks, small=stop < 2**32))
         offset = first - (start << shift)
         return values.reshape(-1)[offset : offset + count]
     blocks, where = torch.unique_consecutive(e >> shift, return_inverse=True)
     low, high = torch.aminmax(blocks)
     if int(low) < 0:
         raise InvalidValueError("global indices must be >= 0")
-    values = table(layout_words(seed, position, blocks, int(high) < 2**32))
+    values = table(layout_words(seed, position, blocks, small=int(high) < 2**32))
     return values.reshape(-1).take((where << shift).add_(e & (per_block - 1)))
 
 

@@ -95,7 +95,7 @@ def _to_dtype(value: float, dtype: torch.dtype) -> float:
     return float(t)
 
 
-def _step(value: float, dtype: torch.dtype, up: bool) -> float:
+def _step(value: float, dtype: torch.dtype, *, up: bool) -> float:
     """The neighbour of ``value`` (a value of ``dtype``) towards +inf (``up``) or -inf."""
     t = torch.tensor(value, dtype=dtype)
     return float(torch.nextafter(t, torch.tensor(math.inf if up else -math.inf, dtype=dtype)))
@@ -107,10 +107,10 @@ def _dtype_values_within(
     """The smallest and largest values of ``dtype`` in ``[low, high)`` (or ``[low, high]``)."""
     lo = _to_dtype(low, dtype)
     if lo < low:
-        lo = _step(lo, dtype, True)
+        lo = _step(lo, dtype, up=True)
     hi = _to_dtype(high, dtype)
     if hi > high or (open_high and hi == high):
-        hi = _step(hi, dtype, False)
+        hi = _step(hi, dtype, up=False)
     if lo > hi:
         raise InvalidValueError(
             f"no {dtype} value lies in [{low}, {high}{')' if open_high else ']'}"

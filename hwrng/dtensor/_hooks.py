@@ -279,7 +279,9 @@ def _rng_op_kernel(tracker: Any) -> Any:
         device = first.device if isinstance(first, torch.Tensor) else None
         generator = platform.generator(device)
         choose = tracker.take_pending_chooser()
-        with tracker.hwrng_tracker.positioned_by(start, end, generator, False, choose):
+        with tracker.hwrng_tracker.positioned_by(
+            start, end, generator, via_default=False, choose_seed=choose
+        ):
             return op(*args, **kwargs)
 
     return kernel

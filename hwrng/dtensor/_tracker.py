@@ -14,7 +14,7 @@ Three paths through one region, by how the op runs:
 On CUDA torch runs plain DTensor random ops through its ``run_dtensor_rng_op``
 operator, which asks this tracker only for ``_compute_rng_offsets``; the
 adapter gives that operator a CUDA kernel that draws through the same region
-(see ``_dtensor_hooks``), with the seed chosen here.
+(see ``hwrng.dtensor._hooks``), with the seed chosen here.
 """
 
 from __future__ import annotations
@@ -87,14 +87,25 @@ def _tracing() -> bool:
 
 # -- compiled code: ordered custom ops position the generator at run time -------------------
 
-_open_regions = threading.local()
+
+class _OpenRegions(threading.local):
+    """The regions compiled code has entered and not yet left, per thread.
+
+    ``stack`` holds the entered region context managers, innermost last: the
+    ``hwrng::region_enter`` operator (:func:`_region_enter`) pushes one when a
+    compiled DTensor op starts and ``hwrng::region_exit`` (:func:`_region_exit`)
+    pops and exits it when the op ends. Nothing else reads it.
+    """
+
+    def __init__(self) -> None:
+        self.stack: list[Any] = []
+
+
+_open_regions = _OpenRegions()
 
 
 def _stack() -> list[Any]:
-    stack: list[Any] | None = getattr(_open_regions, "stack", None)
-    if stack is None:
-        stack = _open_regions.stack = []
-    return stack
+    return _open_regions.stack
 
 
 def _installed() -> Any:
@@ -118,7 +129,9 @@ def _as_u64(value: int) -> int:
 def _region_enter(start: int, end: int, rank_seed: int, mesh_seed: int, has_plan: bool) -> None:
     tracker = _installed()
     choose = _choose(_as_u64(rank_seed), _as_u64(mesh_seed)) if has_plan else None
-    region = tracker.hwrng_tracker.positioned_by(start, end, None, False, choose)
+    region = tracker.hwrng_tracker.positioned_by(
+        start, end, None, via_default=False, choose_seed=choose
+    )
     region.__enter__()
     _stack().append(region)
 
@@ -170,7 +183,7 @@ def tracker_class(base: type[Any]) -> type[Any]:
             self.hwrng_platform = platform
             self.hwrng_tracker = OffsetTracker(platform)
             self.hwrng_seeds = _MeshSeeds()
-            self._pending = threading.local()
+            self._pending = _PendingSeedChoice()
 
         @contextlib.contextmanager
         def _distribute_region(
@@ -203,7 +216,10 @@ def tracker_class(base: type[Any]) -> type[Any]:
             # A user's generator keeps its own seed: the user chose it for every rank.
             choose = None if generator is not None else self.hwrng_seeds.chooser(spec.mesh)
             with self.hwrng_tracker.positioned(
-                _shard_spec(spec), generator, generator is not None, choose
+                _shard_spec(spec),
+                generator,
+                via_default=generator is not None,
+                choose_seed=choose,
             ):
                 yield
 
@@ -217,7 +233,7 @@ def tracker_class(base: type[Any]) -> type[Any]:
 
         def take_pending_chooser(self) -> Callable[[int], int] | None:
             """The seed choice ``_compute_rng_offsets`` left for the op now running (once)."""
-            choose: Callable[[int], int] | None = getattr(self._pending, "choose", None)
+            choose = self._pending.choose
             self._pending.choose = None
             return choose
 
@@ -225,3 +241,21 @@ def tracker_class(base: type[Any]) -> type[Any]:
             self.hwrng_platform.manual_seed(parallel_seed)
 
     return HwrngDTensorTracker
+
+
+class _PendingSeedChoice(threading.local):
+    """The seed choice handed from ``_compute_rng_offsets`` to the CUDA kernel, per thread.
+
+    On CUDA torch runs a plain DTensor random op through its
+    ``run_dtensor_rng_op`` operator, which calls the tracker's
+    ``_compute_rng_offsets(spec)`` and then, right after, hwrng's kernel for
+    that operator (``hwrng.dtensor._hooks._rng_op_kernel``). ``choose`` carries
+    what the kernel needs and the offsets do not say: the seed chooser of the
+    op's mesh (``None``: draw with the generator's own seed).
+    ``_compute_rng_offsets`` sets it (in eager code only);
+    ``take_pending_chooser`` reads it for the kernel and clears it, so that
+    each choice is used once, by the op it was made for.
+    """
+
+    def __init__(self) -> None:
+        self.choose: Callable[[int], int] | None = None

@@ -31,8 +31,9 @@ class CUDAPlatform(hwrng.DeviceModulePlatform):
     states, swapped in and out of the device generator without a copy
     (``graphsafe_get_state``/``graphsafe_set_state``), as Megatron-LM and
     TransformerEngine do: a fork works inside ``torch.cuda.graph`` capture once
-    the states are registered with the graph (``tracker.graph_states()``), and
-    each replay draws new numbers.
+    the states are registered with the graph
+    (``tracker.register_graph_states(graph)``), and each replay draws new
+    numbers.
     """
 
     name: ClassVar[str] = "cuda"

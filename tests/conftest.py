@@ -61,3 +61,12 @@ def _restore_every_global() -> Iterator[None]:
     else:
         os.environ["PYTHONHASHSEED"] = saved[4]
     record_seeding(saved[5])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(file_path: Any, parent: Any) -> Any:
+    """No doctests from the tests' own files: ``--doctest-modules`` is for hwrng's examples."""
+    from _pytest.doctest import DoctestModule
+
+    collected = yield
+    return [node for node in collected if not isinstance(node, DoctestModule)]

@@ -4,13 +4,36 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch.distributed.tensor import Shard
 
-__all__ = ["held_indices", "write_distribution"]
+from hwrng.testing import DistributedPool
+
+__all__ = ["held_indices", "pool_fixture", "write_distribution"]
+
+
+def pool_fixture(nproc: int, *, timeout: float = 120.0, name: str = "pool") -> Any:
+    """A module-scoped fixture ``name``: a started pool of ``nproc`` gloo ranks.
+
+    Every multi-process test module states only its world size and timeout::
+
+        pool = pool_fixture(8, timeout=120)
+
+    The pool starts once per module that asks for it and stops after the module's
+    last test; modules never share one.
+    """
+
+    @pytest.fixture(scope="module", name=name)
+    def started_pool() -> Iterator[DistributedPool]:
+        with DistributedPool(nproc, timeout=timeout) as started:
+            yield started
+
+    return started_pool
 
 
 def held_indices(

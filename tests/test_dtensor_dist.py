@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import dist_dtensor_checks as checks
 import pytest
-from helpers import held_indices
+from helpers import held_indices, pool_fixture
 
 import hwrng
 from hwrng.testing import DistributedPool
 
-
-@pytest.fixture(scope="module")
-def pool() -> Iterator[DistributedPool]:
-    with DistributedPool(8, timeout=120) as started:
-        yield started
+pool = pool_fixture(8, timeout=120)
 
 
 def assert_consistent(

@@ -4,12 +4,12 @@ bit-identical parameters and losses at every world size."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import dist_invariant_checks as checks
 import pytest
 import torch
+from helpers import pool_fixture
 
 import hwrng
 from hwrng import invariant
@@ -28,10 +28,7 @@ LAYOUTS = {
 SHAPE = [16, 10]
 
 
-@pytest.fixture(scope="module")
-def pool() -> Iterator[DistributedPool]:
-    with DistributedPool(8, timeout=180) as started:
-        yield started
+pool = pool_fixture(8, timeout=180)
 
 
 def _one_device(op: str) -> list[float]:

@@ -4,23 +4,19 @@ came first; invariant rand_like/randn_like equal the single-device values bit fo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import dist_plan_state_checks as checks
 import pytest
 import torch
+from helpers import pool_fixture
 from torch.distributed.tensor import Replicate
 
 import hwrng
 from hwrng import invariant
 from hwrng.testing import DistributedPool
 
-
-@pytest.fixture(scope="module")
-def pool() -> Iterator[DistributedPool]:
-    with DistributedPool(4, timeout=180) as started:
-        yield started
+pool = pool_fixture(4, timeout=180)
 
 
 @pytest.mark.parametrize("context", ["isolate_rng", "fork_rng"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import os
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import dist_rank0_checks as checks
 import numpy as np
 import pytest
 import torch
+from helpers import pool_fixture
 
 import hwrng
 from hwrng.testing import DistributedPool
@@ -164,10 +165,7 @@ def test_on_mismatch_is_checked() -> None:
 # -- 2 gloo ranks: rank 0 alone writes the file, every rank reads it -----------------------
 
 
-@pytest.fixture(scope="module")
-def pair() -> Iterator[DistributedPool]:
-    with DistributedPool(2, timeout=180) as started:
-        yield started
+pair = pool_fixture(2, timeout=180, name="pair")
 
 
 def test_two_ranks_each_get_their_own_streams_back(

@@ -3,11 +3,11 @@ load and train on; the losses match bit for bit, through DCP and through torch.s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import dist_resume_checks as checks
 import pytest
+from helpers import pool_fixture
 
 from hwrng.testing import DistributedPool
 
@@ -22,10 +22,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[f
     return directory, losses
 
 
-@pytest.fixture(scope="module")
-def fresh() -> Iterator[DistributedPool]:
-    with DistributedPool(4, timeout=180) as started:
-        yield started
+fresh = pool_fixture(4, timeout=180, name="fresh")
 
 
 def test_the_uninterrupted_run_is_random_where_it_should_be(
@@ -58,10 +55,7 @@ def test_a_checkpoint_of_rank_1_is_refused_on_rank_2(
 # -- the DCP entry: any loading process, every planner option, one verdict, other worlds --------
 
 
-@pytest.fixture(scope="module")
-def pair() -> Iterator[DistributedPool]:
-    with DistributedPool(2, timeout=180) as started:
-        yield started
+pair = pool_fixture(2, timeout=180, name="pair")
 
 
 @pytest.mark.parametrize("how", ["manual_seed", "torch.manual_seed", "nothing"])

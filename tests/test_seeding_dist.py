@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from typing import Any
 
 import dist_seeding_checks as checks
 import pytest
+from helpers import pool_fixture
 
 from hwrng.testing import DistributedPool
 
 DRAWS = ("torch", "device", "random", "numpy")
 
 
-@pytest.fixture(scope="module")
-def pool() -> Iterator[DistributedPool]:
-    with DistributedPool(8, timeout=120) as started:
-        yield started
+pool = pool_fixture(8, timeout=120)
 
 
 @pytest.mark.parametrize(

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import dist_verify_checks as checks
 import pytest
+from helpers import pool_fixture
 
 from hwrng.testing import DistributedPool
 
-
-@pytest.fixture(scope="module")
-def pool() -> Iterator[DistributedPool]:
-    with DistributedPool(8, timeout=120) as started:
-        yield started
+pool = pool_fixture(8, timeout=120)
 
 
 def _same_everywhere(results: list[dict[str, object]]) -> dict[str, object]:

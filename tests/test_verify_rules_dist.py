@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import dist_verify_checks as checks
 import pytest
+from helpers import pool_fixture
 
 from hwrng.testing import DistributedPool
 
-
-@pytest.fixture(scope="module")
-def pool() -> Iterator[DistributedPool]:
-    with DistributedPool(4, timeout=120) as started:
-        yield started
+pool = pool_fixture(4, timeout=120)
 
 
 def _one_verdict(results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -10,10 +10,10 @@ unreadable, which accelerate alone logs at INFO and ignores (xfail).
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import pool_fixture
 
 pytest.importorskip("accelerate", reason="the accelerate extra is not installed")
 
@@ -37,10 +37,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, tuple[str, l
     return runs
 
 
-@pytest.fixture(scope="module")
-def fresh() -> Iterator[DistributedPool]:
-    with DistributedPool(2, timeout=300) as started:
-        yield started
+fresh = pool_fixture(2, timeout=300, name="fresh")
 
 
 def _resumed(

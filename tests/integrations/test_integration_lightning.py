@@ -9,10 +9,10 @@ one rank refuses the checkpoint's RNG state, every rank refuses before training.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import pool_fixture
 
 pytest.importorskip("lightning", reason="the lightning extra is not installed")
 
@@ -35,10 +35,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, tuple[str, l
     return runs
 
 
-@pytest.fixture(scope="module")
-def fresh() -> Iterator[DistributedPool]:
-    with DistributedPool(2, timeout=300) as started:
-        yield started
+fresh = pool_fixture(2, timeout=300, name="fresh")
 
 
 def _resumed(

@@ -11,9 +11,8 @@ bit for bit; with torchtitan alone (its checkpoints hold no RNG state) they do n
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
+from helpers import pool_fixture
 
 pytest.importorskip("torchtitan", reason="the torchtitan extra is not installed")
 
@@ -39,10 +38,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, tuple[str, l
     return runs
 
 
-@pytest.fixture(scope="module")
-def fresh() -> Iterator[DistributedPool]:
-    with DistributedPool(2, timeout=300) as started:
-        yield started
+fresh = pool_fixture(2, timeout=300, name="fresh")
 
 
 def _resumed(

@@ -5,10 +5,12 @@ can wait (``inf``, ``1e12``) waits without limit instead of raising ``OverflowEr
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 import torch
+from torch.distributed.tensor import Shard
 
 import hwrng
 from hwrng._claims import _timeout
@@ -111,3 +113,92 @@ def test_bad_timeouts_are_refused(monkeypatch: pytest.MonkeyPatch, text: str) ->
     monkeypatch.setenv("HWRNG_CLAIM_TIMEOUT", text)
     with pytest.raises(hwrng.InvalidArgumentError, match="HWRNG_CLAIM_TIMEOUT"):
         _timeout()
+
+
+def test_regions_in_two_threads_each_draw_their_own_shard(cpu: hwrng.Platform) -> None:
+    """Two threads run regions for different shards of one op, many times: each thread's
+    draws must be exactly what its shard's (seed, offset) gives, never the other's."""
+    tracker = hwrng.OffsetTracker(cpu)
+    specs = [hwrng.ShardSpec((64,), (2,), (Shard(0),), (c,)) for c in (0, 1)]
+    starts = [hwrng.shard_offsets(spec)[0] for spec in specs]
+    cpu.set_seed_offset(torch.default_generator, 77, 0)
+    drawn: list[list[tuple[int, torch.Tensor]]] = [[], []]
+    barrier = threading.Barrier(2)
+
+    def work(which: int) -> None:
+        barrier.wait()
+        for _ in range(150):
+            with tracker.region(specs[which]) as generator:
+                _, offset = cpu.counter.peek(generator)
+                time.sleep(0)  # invite a switch inside the region
+                drawn[which].append((offset - starts[which], torch.rand(32, generator=generator)))
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    bases = sorted(base for results in drawn for base, _ in results)
+    assert len(set(bases)) == 300, "every region of either thread got a range of its own"
+    for which in (0, 1):
+        for base, values in drawn[which]:
+            oracle = torch.Generator()
+            cpu.set_seed_offset(oracle, 77, base + starts[which])
+            assert torch.equal(values, torch.rand(32, generator=oracle))
+
+
+def test_forks_in_two_threads_keep_their_streams(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.RNGStatesTracker(cpu)
+    tracker.add("a", 101)
+    tracker.add("b", 202)
+    hwrng.manual_seed(5, platform=cpu)
+    default_state = torch.get_rng_state()
+    drawn: dict[str, list[torch.Tensor]] = {"a": [], "b": []}
+    barrier = threading.Barrier(2)
+
+    def work(name: str) -> None:
+        barrier.wait()
+        for _ in range(200):
+            with tracker.fork(name):
+                time.sleep(0)
+                drawn[name].append(torch.rand(4))
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert torch.equal(torch.get_rng_state(), default_state), "the default stream came back"
+    for name, seed in (("a", 101), ("b", 202)):
+        oracle = torch.Generator()
+        oracle.manual_seed(seed)
+        expected = torch.rand(4 * 200, generator=oracle)
+        assert torch.equal(torch.cat(drawn[name]), expected), f"stream {name!r} intact"
+
+
+def test_a_thread_waiting_too_long_gets_a_clear_error(
+    cpu: hwrng.Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HWRNG_CLAIM_TIMEOUT", "0.2")
+    tracker = hwrng.RNGStatesTracker(cpu)
+    tracker.add("x", 1)
+    errors: list[BaseException] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with tracker.fork("x"):
+            entered.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold, name="holder")
+    holder.start()
+    entered.wait(10)
+    try:
+        with hwrng.OffsetTracker(cpu).region(hwrng.ShardSpec((4,), (1,), (Shard(0),), (0,))):
+            pass  # pragma: no cover - never entered
+    except hwrng.NestingError as error:
+        errors.append(error)
+    finally:
+        release.set()
+        holder.join()
+    assert errors and "held by thread 'holder'" in str(errors[0])

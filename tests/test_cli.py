@@ -10,6 +10,7 @@ import pytest
 
 import hwrng
 from hwrng._cli import main
+from hwrng._cli import main as cli_main
 from hwrng._cli._table import format_table
 
 
@@ -170,3 +171,20 @@ def test_console_script_is_declared() -> None:
 
     scripts = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="console_scripts")}
     assert scripts["hwrng"] == "hwrng._cli:main"
+
+
+def test_errors_that_used_to_escape(
+    cpu: hwrng.Platform, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with (
+        pytest.raises(hwrng.InvalidArgumentError, match="enabled must be True or False"),
+        hwrng.fork_rng(platform=cpu, enabled="yes"),  # type: ignore[arg-type]
+    ):
+        pass  # pragma: no cover - never entered
+    with pytest.raises(hwrng.InvalidDeviceError, match="empty backend name"):
+        hwrng.get_platform(":0")
+    with pytest.raises(hwrng.MeshError, match=r"more than 16,777,216"):
+        hwrng.seed_plan(1, {"a": 2**40}, [])
+    huge = ["plan", "--mesh", "a=4294967296,b=4294967296", "--limit", "2", "--seed", "1"]
+    assert cli_main(huge) == 0
+    assert "18446744073709551614 more ranks" in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -42,3 +43,19 @@ def test_devices_must_be_a_list_and_enabled_a_bool(cpu: hwrng.Platform) -> None:
         hwrng.fork_rng(platform=cpu, enabled="false"),  # type: ignore[arg-type]
     ):
         pass  # pragma: no cover - never entered
+
+
+def test_isolate_rng_restores_random_and_numpy(cpu: hwrng.Platform) -> None:
+    import random
+
+    hwrng.manual_seed(9, platform=cpu)
+    expected = (random.random(), float(np.random.rand()), torch.rand(2))
+    hwrng.manual_seed(9, platform=cpu)
+    with pytest.raises(KeyError), hwrng.isolate_rng(platform=cpu):
+        random.random(), np.random.rand(), torch.rand(7)
+        raise KeyError("inside")
+    assert (random.random(), float(np.random.rand())) == expected[:2]
+    assert torch.equal(torch.rand(2), expected[2])
+    with hwrng.fork_rng(platform=cpu):
+        random.random()
+    assert random.random() != expected[0], "fork_rng, as documented, leaves random alone"

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
 import pytest
 import torch
 
@@ -108,7 +113,6 @@ def test_manual_seed_refuses_bad_seeds(cpu: hwrng.Platform, seed: object) -> Non
 
 
 def test_numpy_integers_are_seeds(cpu: hwrng.Platform) -> None:
-    import numpy as np
 
     cpu.manual_seed(np.uint64(2**63))
     assert cpu.get_seed_offset(torch.default_generator) == (2**63, 0)
@@ -161,7 +165,6 @@ def test_enable_determinism_is_a_no_op_on_cpu(cpu: hwrng.Platform) -> None:
 
 
 def test_invalid_contents_and_layout_refused(cpu: hwrng.Platform) -> None:
-    import numpy as np
 
     torch.manual_seed(4)
     state = cpu.get_rng_state()
@@ -177,8 +180,36 @@ def test_invalid_contents_and_layout_refused(cpu: hwrng.Platform) -> None:
 
 
 def test_numpy_device_indices(cpu: hwrng.Platform) -> None:
-    import numpy as np
 
     assert cpu.device_index(np.int64(0)) == 0
     with pytest.raises(hwrng.InvalidDeviceError, match="an index, a device name"):
         cpu.device_index(0.0)  # type: ignore[arg-type]
+
+
+def test_a_state_sliced_from_a_packed_buffer_is_applied_correctly() -> None:
+    code = textwrap.dedent(
+        """
+        import torch, hwrng
+        cpu = hwrng.get_platform("cpu")
+        torch.manual_seed(1); a = torch.get_rng_state()
+        torch.manual_seed(2); b = torch.get_rng_state(); expected = torch.rand(4)
+        for view in (torch.cat([a, b])[a.numel():], torch.cat([a[:8], b])[8:]):
+            assert view.is_contiguous() and view.dim() == 1
+            cpu.set_rng_state(view)
+            assert torch.equal(torch.rand(4), expected)
+        print("ok")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_checks_read_a_cpu_generator_without_moving_it(cpu: hwrng.Platform) -> None:
+    torch.manual_seed(3)
+    torch.rand(5)
+    before = torch.get_rng_state()
+    position = cpu.counter.peek(torch.default_generator)
+    assert torch.equal(torch.get_rng_state(), before), "peek never moves the generator"
+    assert cpu.get_seed_offset(torch.default_generator) == position, "read agrees with peek"

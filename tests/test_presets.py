@@ -184,3 +184,11 @@ def test_slapo_without_tp_leaves_the_tracker() -> None:
     tracker.add("keep", 1)
     assert presets.slapo_set_random_seed(7, tracker=tracker, platform="cpu") == 7
     assert tracker.names == ["keep"]
+
+
+@pytest.mark.parametrize("flag", ["no", "", 1, None])
+def test_trainer_flags_must_be_bools(flag: object) -> None:
+    with pytest.raises(hwrng.InvalidArgumentError, match="data_parallel_random_init"):
+        presets.megatron_seeds(1, dp_rank=3, data_parallel_random_init=flag)  # type: ignore[arg-type]
+    with pytest.raises(hwrng.InvalidArgumentError, match="always_enable_tp_seed"):
+        presets.slapo_seeds(1, tp_rank=1, always_enable_tp_seed=flag)  # type: ignore[arg-type]

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import pluggy
 import pytest
+import torch
 
 import hwrng
 from hwrng._registry import Registry
@@ -112,7 +119,6 @@ def test_names_devices_and_torch_devices() -> None:
         registry.get_platform("accel:1")
     with pytest.raises(hwrng.InvalidDeviceError, match="does not end in a device index"):
         registry.get_platform("accel:x")
-    import torch
 
     assert registry.get_platform(torch.device("cpu")).name == "cpu"
     with pytest.raises(TypeError, match="must be a name"):
@@ -286,3 +292,107 @@ def test_hook_must_return_a_sequence() -> None:
 
     registry = registry_with(ReturnsOne())
     assert "must return a sequence of platforms" in registry.broken_plugins[0].error
+
+
+def test_backend_variable_keeps_its_device_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HWRNG_BACKEND", "cpu:5")
+    with pytest.raises(hwrng.InvalidDeviceError, match="index 5 is out of range"):
+        Registry().get_platform()
+    monkeypatch.setenv("HWRNG_BACKEND", "cpu:0")
+    assert Registry().get_platform().name == "cpu"
+
+
+def test_misspelt_disabled_plugins_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HWRNG_DISABLE_PLUGINS", "npu,cdua")
+    registry = Registry()
+    with pytest.warns(hwrng.HwrngWarning, match="'cdua', which no installed plugin is called"):
+        registry.load()
+    assert registry.disabled_plugins == ["npu"]
+
+
+HOSTILE = {
+    "exits": "import sys\nsys.exit(3)\n",
+    "slow": "import time\ntime.sleep(30)\n",
+    "exit_hook": (
+        "import hwrng, sys\n@hwrng.hookimpl\ndef hwrng_platforms():\n    sys.exit('no')\n"
+    ),
+}
+
+
+@pytest.fixture
+def hostile_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from helpers import write_distribution
+
+    for name, source in HOSTILE.items():
+        write_distribution(tmp_path, f"{name}-hwrng", "1.0", f"{name}_hwrng", source, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("HWRNG_PLUGIN_IMPORT_TIMEOUT", "1")
+    return tmp_path
+
+
+def test_hostile_plugins_are_broken_plugins(hostile_site: Path) -> None:
+    import importlib
+
+    importlib.invalidate_caches()
+    started = time.monotonic()
+    registry = Registry()
+    assert registry.get_platform("cpu").name == "cpu"
+    assert time.monotonic() - started < 10, "a slow plugin's import is bounded"
+    broken = {b.plugin: b for b in registry.broken_plugins}
+    assert "sys.exit(3)" in broken["exits"].error and broken["exits"].stage == "import"
+    assert "took longer than 1 s" in broken["slow"].error
+    assert "SystemExit" in broken["exit_hook"].error and broken["exit_hook"].stage == "hook"
+    assert registry.get_platform().name == "cpu"
+
+
+def test_hostile_plugins_do_not_stop_the_command_line(hostile_site: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hostile_site), *sys.path])}
+    result = subprocess.run(
+        [sys.executable, "-m", "hwrng", "backends"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "selected: cpu" in result.stdout
+    for name in HOSTILE:
+        assert any(line.startswith(f"{name} ") for line in result.stdout.splitlines()), name
+
+
+def test_backend_variable_error_is_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "hwrng", "backends"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HWRNG_BACKEND": ":0"},
+        timeout=120,
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert "selected: none (HWRNG_BACKEND=':0': empty backend name" in result.stdout
+
+
+def test_a_probe_that_raises_is_reported_as_unavailable() -> None:
+    from hwrng.backends.cpu import CPUPlatform
+
+    class Exploding(CPUPlatform):
+        name = "exploding"
+
+        def unavailable_reason(self) -> str | None:
+            raise RuntimeError("driver gone")
+
+    class Plugin:
+        @hwrng.hookimpl
+        def hwrng_platforms(self) -> Sequence[hwrng.Platform]:
+            return [Exploding()]
+
+    registry = Registry(entry_point_group=None)
+    registry.register_plugin(Plugin())
+    with pytest.raises(hwrng.BackendUnavailableError, match="RuntimeError: driver gone"):
+        registry.get_platform("exploding")
+
+
+def test_no_warnings_from_a_plain_registry() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Registry().load()

@@ -233,3 +233,10 @@ def test_seed_everything_returns_platform() -> None:
     assert hwrng.seed_everything(7, "cpu").name == "cpu"
     with pytest.raises(hwrng.InvalidSeedError):
         hwrng.seed_everything(-7, "cpu")
+
+
+@pytest.mark.parametrize("seed", [torch.tensor(True), np.bool_(True), True])
+def test_booleans_are_not_seeds(cpu: hwrng.Platform, seed: object) -> None:
+    with pytest.raises(hwrng.InvalidSeedError, match="boolean"):
+        hwrng.manual_seed(seed, platform=cpu)  # type: ignore[arg-type]
+    assert hwrng.rank_seed(torch.tensor(7), {}, {}, []) == 7, "an integer tensor is a seed"  # type: ignore[arg-type]

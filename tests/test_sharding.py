@@ -195,3 +195,16 @@ def test_torch_runs_past_its_end_when_one_dim_is_sharded_twice() -> None:
     assert {end for _, end in torch_results} == {8}  # shards 2 and 3 draw past the end
     ours = [shard_offsets(ShardSpec((8,), (2, 2), placements, c)) for c in coordinates]
     assert ours == [(0, 16), (4, 16), (8, 16), (12, 16)]  # stride round_up_4(2) = 4
+
+
+def test_one_shot_iterables_are_read_once() -> None:
+    spec = hwrng.ShardSpec(map(int, ["10", "6"]), (2,), (Replicate(),), (0,))  # type: ignore[arg-type]
+    assert spec.shape == (10, 6) and hwrng.shard_offsets(spec) == (0, 60)
+    spec = hwrng.ShardSpec((8,), iter([2]), iter([Shard(0)]), (x for x in [1]))  # type: ignore[arg-type]
+    assert spec.local_shape == (4,) and spec.placements == (Shard(0),)
+
+
+@pytest.mark.parametrize("split_factor", [0, -2])
+def test_strided_shard_needs_a_positive_split_factor(split_factor: int) -> None:
+    with pytest.raises(hwrng.MeshError, match="split_factor"):
+        hwrng.ShardSpec((8,), (2,), (_StridedShard(0, split_factor=split_factor),), (0,))

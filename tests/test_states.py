@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -80,7 +81,6 @@ def test_add_leaves_the_current_state(cpu: hwrng.Platform) -> None:
 
 
 def test_set_states_refuses_invalid_contents(cpu: hwrng.Platform) -> None:
-    import numpy as np
 
     tracker = hwrng.RNGStatesTracker(cpu)
     tracker.add("a", 1)
@@ -91,3 +91,24 @@ def test_set_states_refuses_invalid_contents(cpu: hwrng.Platform) -> None:
         tracker.set_states({"a": corrupt})
     assert torch.equal(tracker.get_states()["a"], good)
     assert tracker.forked == frozenset()
+
+
+def test_restored_states_keep_their_seeds(cpu: hwrng.Platform) -> None:
+    first = hwrng.RNGStatesTracker(cpu)
+    first.add("a", 1)
+    second = hwrng.RNGStatesTracker(cpu)
+    second.set_states(first.get_states())
+    assert second.seeds == {"a": 1}
+    with pytest.raises(hwrng.TrackerError, match="seed 1 is already used by RNG state 'a'"):
+        second.add("b", 1)
+    with pytest.raises(hwrng.TrackerError, match="seed 1"):
+        hwrng.RNGStatesTracker(cpu).set_states(
+            {"a": first.get_states()["a"], "b": first.get_states()["a"]}
+        )
+
+
+def test_nesting_errors_are_hwrng_errors(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.RNGStatesTracker(cpu)
+    tracker.add("a", 1)
+    with tracker.fork("a"), pytest.raises(hwrng.NestingError), tracker.fork("a"):
+        pass  # pragma: no cover - never entered

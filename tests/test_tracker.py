@@ -122,3 +122,31 @@ def test_fork_rng_around_a_region_changes_nothing_outside(cpu: hwrng.Platform) -
     with hwrng.fork_rng(platform=cpu), tracker.region(SPEC):
         torch.rand(4)
     assert cpu.get_seed_offset(torch.default_generator) == before
+
+
+HUGE = hwrng.ShardSpec((2**62, 4), (1,), (Replicate(),), (0,))  # end 2**64: past 2**63
+
+
+def test_a_refused_region_leaves_a_drawn_from_generator_as_it_was(cpu: hwrng.Platform) -> None:
+    torch.manual_seed(21)
+    torch.rand(3)
+    before = torch.get_rng_state()
+    tracker = hwrng.OffsetTracker(cpu)
+    with (
+        pytest.raises(hwrng.InvalidOffsetError, match="would pass 2\\*\\*63"),
+        tracker.region(HUGE),
+    ):
+        pass  # pragma: no cover - never entered
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_refused_nested_region_leaves_the_outer_one_as_it_was(cpu: hwrng.Platform) -> None:
+    tracker = hwrng.OffsetTracker(cpu)
+    spec = hwrng.ShardSpec((8,), (2,), (Shard(0),), (1,))
+    cpu.set_seed_offset(torch.default_generator, 3, 0)
+    with tracker.region(spec):
+        torch.rand(2)
+        inside = torch.get_rng_state()
+        with pytest.raises(hwrng.NestingError, match="do not nest"), tracker.region(spec):
+            pass  # pragma: no cover - never entered
+        assert torch.equal(torch.get_rng_state(), inside)

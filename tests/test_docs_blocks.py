@@ -21,6 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 NUMBER = r"-?\d+\.\d{6}"  # the block prints six decimals; ranks' lines may interleave
 TORCHRUN = re.compile(r"# torchrun --nproc-per-node (\d+) (\S+\.py)")
+#: gloo can abort a rank at interpreter exit, after the block has finished and printed
+#: (torch 2.13, about 1 run in 10 on a loaded 2-core machine; pytorch/pytorch#190489). A
+#: torchrun block that ends so runs once more, and that run must pass as written.
+EXIT_ABORT = "terminate called without an active exception"
 
 
 def _blocks(page: Path) -> list[tuple[int, str]]:
@@ -83,6 +87,11 @@ def test_the_pages_have_the_blocks_this_test_expects() -> None:
 @pytest.mark.parametrize("code", list(BLOCKS), ids=[places[0] for places in BLOCKS.values()])
 def test_every_block_runs_as_written(code: str, tmp_path: Path) -> None:
     result = _run(code, tmp_path)
+    under_torchrun = TORCHRUN.fullmatch(code.splitlines()[0]) is not None
+    if result.returncode != 0 and under_torchrun and EXIT_ABORT in result.stderr:
+        again = tmp_path / "again"  # a fresh directory: the first run may have left files
+        again.mkdir()
+        result = _run(code, again)
     assert result.returncode == 0, (
         f"block at {', '.join(BLOCKS[code])} failed:\n"
         f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"

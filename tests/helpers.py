@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +17,7 @@ from torch.distributed.tensor import Shard
 
 from hwrng.testing import DistributedPool
 
-__all__ = ["held_indices", "pool_fixture", "write_distribution"]
+__all__ = ["held_indices", "hwrng_backends", "pool_fixture", "write_distribution"]
 
 
 def pool_fixture(nproc: int, *, timeout: float = 120.0, name: str = "pool") -> Any:
@@ -66,3 +69,24 @@ def write_distribution(
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     (info / "entry_points.txt").write_text(f"[hwrng]\n{entry_name} = {module}\n")
+
+
+def hwrng_backends(
+    site: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m hwrng backends`` in a fresh interpreter.
+
+    ``site`` goes first on its ``PYTHONPATH`` (a folder of distributions made by
+    :func:`write_distribution`), ``env`` is added to this process's environment.
+    """
+    full = {**os.environ, **(env or {})}
+    if site is not None:
+        full["PYTHONPATH"] = os.pathsep.join([str(site), *sys.path])
+    return subprocess.run(
+        [sys.executable, "-m", "hwrng", "backends"],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+        check=False,
+    )

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import write_distribution
+from helpers import hwrng_backends, write_distribution
 
 import hwrng
 from hwrng._registry import Registry
@@ -67,15 +64,8 @@ def test_entry_points_are_discovered(site: Path) -> None:
 
 
 def test_cli_lists_discovered_and_broken_plugins(site: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
-    result = subprocess.run(
-        [sys.executable, "-m", "hwrng", "backends"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=120,
-    )
+    result = hwrng_backends(site=site)
+    assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     acme = next(line for line in lines if line.startswith("acme "))
     assert "acme-hwrng 1.2.3 [acme]" in acme and "no Acme card in this machine" in acme

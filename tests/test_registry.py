@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -14,6 +11,7 @@ from typing import ClassVar
 import pluggy
 import pytest
 import torch
+from helpers import hwrng_backends
 
 import hwrng
 from hwrng._registry import Registry
@@ -346,14 +344,7 @@ def test_hostile_plugins_are_broken_plugins(hostile_site: Path) -> None:
 
 
 def test_hostile_plugins_do_not_stop_the_command_line(hostile_site: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hostile_site), *sys.path])}
-    result = subprocess.run(
-        [sys.executable, "-m", "hwrng", "backends"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    result = hwrng_backends(site=hostile_site)
     assert result.returncode == 0, result.stderr
     assert "selected: cpu" in result.stdout
     for name in HOSTILE:
@@ -361,13 +352,7 @@ def test_hostile_plugins_do_not_stop_the_command_line(hostile_site: Path) -> Non
 
 
 def test_backend_variable_error_is_one_line() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "hwrng", "backends"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HWRNG_BACKEND": ":0"},
-        timeout=120,
-    )
+    result = hwrng_backends(env={"HWRNG_BACKEND": ":0"})
     assert result.returncode == 0 and "Traceback" not in result.stderr
     assert "selected: none (HWRNG_BACKEND=':0': empty backend name" in result.stdout
 

@@ -24,7 +24,7 @@ from hwrng._exceptions import InvalidDeviceError
 from hwrng._host import HOST_COUNTER, host_generator
 from hwrng._platform import DeviceLike, Platform
 from hwrng._registry import resolve_platform
-from hwrng._seeding import current_seeding, record_seeding
+from hwrng._seeding import current_seeding, record_seeding, seeded_mesh
 from hwrng._validation import check_flag
 
 __all__ = ["fork_rng", "isolate_rng"]
@@ -46,7 +46,7 @@ def _forked_generators(platform: Platform, indices: list[int]) -> Iterator[None]
     # A device whose default generator is the host generator is covered by the host.
     devices = [(i, g) for i in indices if (g := platform.generator(i)) is not host]
     with claim(host, *(g for _, g in devices)):
-        plan = current_seeding()  # the plan goes with the generators it seeded
+        plan, mesh = current_seeding(), seeded_mesh()  # the plan goes with its generators
         host_state = host.get_state()
         host_reading = HOST_COUNTER.export(host)
         device_states = [(i, platform.get_rng_state(i)) for i, _ in devices]
@@ -57,7 +57,7 @@ def _forked_generators(platform: Platform, indices: list[int]) -> Iterator[None]
             HOST_COUNTER.restore(host, host_reading)
             for index, state in device_states:
                 platform.set_rng_state(state, index)
-            record_seeding(plan)
+            record_seeding(plan, mesh)
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ __all__ = [
     "linear_index",
     "mesh_ranks",
     "mesh_sizes",
+    "mesh_tensor",
     "require_known",
     "strides",
     "unravel_index",
@@ -105,12 +106,17 @@ def mesh_dim_names(mesh: DeviceMesh) -> tuple[str, ...]:
     return tuple(names)
 
 
-def mesh_ranks(mesh: DeviceMesh) -> tuple[int, ...]:
-    """The global ranks of a DeviceMesh, row-major (read for real even while tracing)."""
+def mesh_tensor(mesh: DeviceMesh) -> Any:
+    """The global ranks of a DeviceMesh as a flat int64 tensor (read for real while tracing)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():  # under torch.compile the mesh tensor is a real one
-        return tuple(int(r) for r in mesh.mesh.flatten().tolist())
+        return mesh.mesh.flatten().contiguous()
+
+
+def mesh_ranks(mesh: DeviceMesh) -> tuple[int, ...]:
+    """The global ranks of a DeviceMesh, row-major (a tuple as long as the mesh)."""
+    return tuple(int(r) for r in mesh_tensor(mesh).tolist())
 
 
 def mesh_sizes(mesh: object) -> dict[str, int]:
@@ -149,10 +155,18 @@ class MeshLayout:
 
     @classmethod
     def of(cls, mesh: DeviceMesh) -> MeshLayout:
-        """The layout of a DeviceMesh (its dim names and the ranks of its mesh tensor)."""
-        ranks = mesh_ranks(mesh)
-        identity = ranks == tuple(range(len(ranks)))
-        return cls(mesh_dim_names(mesh), tuple(mesh.shape), None if identity else ranks)
+        """The layout of a DeviceMesh (its dim names and the ranks of its mesh tensor).
+
+        A mesh whose position ``r`` holds rank ``r`` (what ``init_device_mesh``
+        builds) is recognised without listing its ranks, so the layout of a
+        world-sized mesh stays a few words.
+        """
+        import torch
+
+        flat = mesh_tensor(mesh)
+        identity = torch.equal(flat, torch.arange(flat.numel(), dtype=flat.dtype))
+        ranks = None if identity else tuple(int(r) for r in flat.tolist())
+        return cls(mesh_dim_names(mesh), tuple(mesh.shape), ranks)
 
     @property
     def size(self) -> int:

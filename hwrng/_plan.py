@@ -41,14 +41,19 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = [
+    "ANY_STATE",
     "PLAN_RANK_LIMIT",
     "SeedDim",
     "Seeding",
+    "generation_seed",
     "plan_for_groups",
     "plan_for_mesh",
     "rank_seed",
     "seed_plan",
 ]
+
+#: The key of :attr:`Seeding.named` that holds the expectation of every other named state.
+ANY_STATE = "*"
 
 #: :func:`seed_plan` lists every rank; past this many it refuses (use :func:`rank_seed`).
 PLAN_RANK_LIMIT = 2**24
@@ -189,7 +194,9 @@ class SeedDim:
     coordinate
         This rank's index along the dim.
     weight
-        What one step along the dim adds to the seed.
+        What one step along the dim adds to the seed; 0 for a coordinate a
+        preset was given but does not seed with (Megatron's ``tp_rank``),
+        recorded so that :func:`hwrng.verify` can judge named states along it.
     size
         The dim's size, when known.
     members
@@ -234,6 +241,15 @@ class Seeding:
         What recorded it: ``"manual_seed"``, ``"groups"``, ``"megatron"``, ...
     layout
         The mesh the plan was made for, when it was made for a DeviceMesh.
+    generation
+        How many times a resume re-derived the streams (``on_mismatch="reseed"``):
+        0 for a plan made by seeding. Streams a resume cannot continue are
+        keyed by :func:`generation_seed` of their seed and this number, so they
+        never repeat what an earlier generation drew.
+    named
+        What named states should differ along, for a preset that knows:
+        ``(("tracker/state", ("pp", "tp")), ...)``, with :data:`ANY_STATE` for
+        every state not listed. Empty: along the plan's dims.
     """
 
     seed: int
@@ -241,6 +257,8 @@ class Seeding:
     platform: str
     source: str
     layout: MeshLayout | None = None
+    generation: int = 0
+    named: tuple[tuple[str, tuple[str, ...]], ...] = ()
     _dtensor_seeds: dict[tuple[int, ...], int] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
@@ -291,14 +309,27 @@ class Seeding:
             return len(seen) > 1
         return whole
 
+    def named_dims(self, state: str) -> tuple[str, ...] | None:
+        """The dims the named state ``"tracker/state"`` should differ along, if the plan says."""
+        found = dict(self.named)
+        return found.get(state, found.get(ANY_STATE))
+
     def describe(self) -> str:
-        """One line: ``seed 123 + pp*2 + tp (this rank: 125), manual_seed on cpu``."""
+        """One line: ``seed 123 + pp*2 + tp (this rank: 125), manual_seed on cpu``.
+
+        Coordinates the plan records without seeding by them follow the rank's
+        seed (``this rank: 1334; tp=1``), and a resume generation comes last.
+        """
         terms = "".join(
-            f" + {d.name}" if d.weight == 1 else f" + {d.name}*{d.weight}" for d in self.dims
+            f" + {d.name}" if d.weight == 1 else f" + {d.name}*{d.weight}"
+            for d in self.dims
+            if d.weight
         )
+        known = "".join(f"; {d.name}={d.coordinate}" for d in self.dims if not d.weight)
+        generation = f", resume generation {self.generation}" if self.generation else ""
         return (
-            f"seed {self.seed}{terms} (this rank: {self.rank_seed}), "
-            f"{self.source} on {self.platform}"
+            f"seed {self.seed}{terms} (this rank: {self.rank_seed}{known}), "
+            f"{self.source} on {self.platform}{generation}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -309,6 +340,8 @@ class Seeding:
             "platform": self.platform,
             "source": self.source,
             "layout": None if self.layout is None else self.layout.to_dict(),
+            "generation": self.generation,
+            "named": [[state, list(dims)] for state, dims in self.named],
         }
 
     @classmethod
@@ -325,13 +358,41 @@ class Seeding:
             for d in data["dims"]
         )
         layout = data["layout"]
+        generation = int(data["generation"])
+        if generation < 0:
+            raise ValueError(f"a resume generation cannot be negative, got {generation}")
         return cls(
             seed=check_seed(data["seed"]),
             dims=dims,
             platform=str(data["platform"]),
             source=str(data["source"]),
             layout=None if layout is None else MeshLayout.from_dict(layout),
+            generation=generation,
+            named=tuple((str(state), tuple(str(d) for d in dims)) for state, dims in data["named"]),
         )
+
+
+def generation_seed(seed: int, generation: int) -> int:
+    """The seed a stream of ``seed`` takes in resume generation ``generation``. Pure.
+
+    Generation 0 is the seed itself. Later generations hash ``(seed,
+    generation)`` through NumPy's ``SeedSequence`` into 64 bits: a stream
+    re-derived after a resume starts afresh instead of replaying what the
+    saved job drew, while ranks that shared a seed still share one.
+
+    Examples
+    --------
+    >>> generation_seed(123, 0)
+    123
+    >>> generation_seed(123, 1) == generation_seed(123, 1) != generation_seed(123, 2)
+    True
+    """
+    value = check_seed(seed)
+    if generation == 0:
+        return value
+    sequence = np.random.SeedSequence(entropy=value, spawn_key=(check_index(generation, "g"),))
+    low, high = (int(w) for w in sequence.generate_state(2, dtype=np.uint32))
+    return low | high << 32
 
 
 def _world_size(default: int) -> int:

@@ -35,10 +35,13 @@ __all__ = [
     "record_seeding",
     "seed_everything",
     "seed_streams",
+    "seeded_mesh",
 ]
 
 _lock = threading.Lock()
 _in_force: Seeding | None = None
+# The DeviceMesh the plan in force was made on (verify compares ranks along its dims).
+_mesh: DeviceMesh | None = None
 
 
 def current_seeding() -> Seeding | None:
@@ -57,11 +60,26 @@ def current_seeding() -> Seeding | None:
     return _in_force
 
 
-def record_seeding(seeding: Seeding | None) -> None:
-    """Make ``seeding`` the plan in force (``None``: no plan is known)."""
-    global _in_force
+def seeded_mesh() -> DeviceMesh | None:
+    """The DeviceMesh the plan in force was made on, while this process holds it."""
+    return _mesh
+
+
+def record_seeding(seeding: Seeding | None, mesh: DeviceMesh | None = None) -> None:
+    """Make ``seeding`` the plan in force (``None``: no plan is known).
+
+    ``mesh`` is the DeviceMesh the plan was made on. Without one, a plan whose
+    layout is that of the mesh already held (a plan restored from a
+    checkpoint on the mesh it was made on) keeps that mesh.
+    """
+    global _in_force, _mesh
+    from hwrng._mesh import MeshLayout
+
+    if mesh is None and _mesh is not None and seeding is not None and seeding.layout is not None:
+        mesh = _mesh if MeshLayout.of(_mesh) == seeding.layout else None
     with _lock:
         _in_force = seeding
+        _mesh = mesh
 
 
 def _seed_numpy_legacy(seed: int) -> None:
@@ -116,14 +134,20 @@ def seed_everything(seed: int, platform: Platform | str | None = None) -> Platfo
     return resolved
 
 
-def apply_seeding(seeding: Seeding, platform: Platform, *, deterministic: bool = False) -> int:
+def apply_seeding(
+    seeding: Seeding,
+    platform: Platform,
+    *,
+    deterministic: bool = False,
+    mesh: DeviceMesh | None = None,
+) -> int:
     """Seed every stream with ``seeding.rank_seed``, record the plan, return the seed."""
     seed = seeding.rank_seed
     seed_streams(seed, platform)
     if deterministic:
         torch.use_deterministic_algorithms(True)
         platform.enable_determinism()
-    record_seeding(seeding)
+    record_seeding(seeding, mesh)
     return seed
 
 
@@ -205,4 +229,4 @@ def manual_seed(
         seeding = plan_for_groups(value, groups, resolved.name)
     else:
         seeding = Seeding(value, (), resolved.name, "manual_seed")
-    return apply_seeding(seeding, resolved, deterministic=deterministic)
+    return apply_seeding(seeding, resolved, deterministic=deterministic, mesh=mesh)

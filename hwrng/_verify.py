@@ -1,51 +1,35 @@
 """``hwrng.verify``: prove at run time that replicas agree and shards differ, stream by stream.
 
-Every rank sends one fingerprint of 64 bytes -- 16 words of 32 bits -- in a
-single ``all_gather``; only when some rank could not build its fingerprint do
-all ranks exchange one more fixed-size message (what went wrong), so that every
-rank returns the same verdict and none waits in a collective for a rank that
-raised.
+Each rank digests every stream it holds -- without drawing or changing
+anything -- and makes one :class:`~hwrng._agreement.Claim` per stream: ranks
+with the same *replica key* (from the plan: ``rank_seed - seed``, or the linear
+index over ``sharded_dims``) must agree, ranks with different keys must
+differ. The claims are judged by :func:`hwrng._judge.judge` along the dims of
+the job's mesh, so the cost per rank is a few fixed-size reductions plus one
+gather of a few hundred bytes per rank along each dim whose ranks differ --
+set by the mesh's dims, not by the world.
 
-====== =================================================================
-word   content
-====== =================================================================
-0      status: 0, or 1 when this rank could not build its fingerprint
-1      digest of the names of the streams checked (all ranks must agree)
-2      digest of the plan every rank should share: the job's seed, each
-       term's name, weight and size, the preset (source), the platform
-       and the dim names and shape of the mesh the plan was made for (not
-       its ranks: each pipeline stage may seed on its own submesh)
-3, 4   the *replica key*: ranks with equal keys should be replicas
-5      the *DTensor mesh key*: digest of the meshes DTensor random ops
-       ran on; ranks with equal keys ran the same ops and should agree
-6      the *DTensor seed key*: digest of the seeds those meshes draw
-       with; ranks whose seed keys differ should draw differently
-7..    for a plan over process groups, one word per group: a digest of
-       the group's members (within the checked group); then one 32-bit
-       digest per stream (nine streams at most, fewer with groups)
-====== =================================================================
-
-The keys come from the plan, not from the streams: the replica key is this
-rank's index over the sharded dims (``rank_seed - seed``, or the linear index
-of its coordinate over ``sharded_dims`` when they are given). A stream's
-digest is read without drawing and without changing anything: torch's
-generators by their state bytes (so a replica that drew one number more is
-caught), ``random`` and NumPy by their state, named states by theirs, and the
-DTensor stream by the seed and offset DTensor ops would use next.
+Before any stream is judged, one reduction over the whole group checks that
+every rank built its claims (a rank that could not is named, with its error,
+on every rank: nobody waits in a collective for it), checks the same streams,
+holds the same plan and uses the same mesh to compare along. A rank whose
+plan differs is named, with the plan most ranks hold as the reference.
 
 Expected relations: torch CPU, the devices, ``random`` and NumPy agree within
 replica keys and differ across them; the DTensor stream agrees among ranks
 that ran DTensor ops on the same meshes (by default the meshes the adapter saw,
 so each pipeline stage is judged on its own) and differs where the meshes'
-seeds differ; a named state differs across replica keys (it may differ between
-replicas too: Megatron's tensor-parallel stream does). Ranks that hold
-different plans, or process groups that do not match their members', fail
-before any stream is judged.
+seeds differ; a named state differs across replica keys (it may differ
+between replicas too: Megatron's tensor-parallel stream does), or across the
+dims its preset says it varies along.
+
+Without a DeviceMesh over the whole group (a plan over process groups, a
+preset's plan, a plan made on a submesh, or ``group=``), the group is compared
+as one: a gather over the whole group, whose cost grows with it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -54,13 +38,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from hwrng._agreement import Claim
+from hwrng._collectives import Comm, digest62, distributed
 from hwrng._exceptions import DistributedError, InvalidArgumentError, MeshError, VerificationError
 from hwrng._host import host_generator
-from hwrng._mesh import MeshLayout, linear_index, mesh_ranks, require_known
+from hwrng._judge import Judged, Topology, judge, mesh_identity
+from hwrng._mesh import MeshLayout, linear_index, mesh_tensor, require_known
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
-from hwrng._seeding import current_seeding
+from hwrng._seeding import current_seeding, seeded_mesh
 from hwrng._states import live_trackers
 from hwrng._validation import SEED_MODULUS, check_dim_names
 from hwrng.dtensor._meshes import meshes_in_use
@@ -69,15 +56,10 @@ if TYPE_CHECKING:
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
-__all__ = ["MAX_STREAMS", "PAYLOAD_BYTES", "StreamVerdict", "VerifyReport", "verify"]
+__all__ = ["StreamVerdict", "VerifyReport", "verify"]
 
-PAYLOAD_BYTES = 64
-_WORDS = PAYLOAD_BYTES // 4
-_HEADER_WORDS = 7
-MAX_STREAMS = _WORDS - _HEADER_WORDS
-#: Bytes of the one extra message each rank sends when some rank's setup failed.
-MESSAGE_BYTES = 512
-_SETUP_FAILED = 1
+#: Ranks named, at most, for each kind of problem (the rest are counted).
+SHOWN = 16
 #: Plans that record a trainer's seed formula rather than the job's parallel layout.
 _LAYOUT_SOURCES = ("manual_seed", "groups")
 
@@ -87,16 +69,8 @@ _SHARDS_DIFFER = "shards differ"
 _DTENSOR = "one DTensor mesh agrees, meshes differ"
 
 
-def _digest32(*parts: bytes) -> int:
-    hasher = hashlib.blake2b(digest_size=4, person=b"hwrng-verify")
-    for part in parts:
-        hasher.update(len(part).to_bytes(8, "little"))
-        hasher.update(part)
-    return int.from_bytes(hasher.digest(), "little")
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    return tensor.contiguous().numpy().tobytes()
+def _words(*parts: Any) -> int:
+    return digest62(repr(parts).encode())
 
 
 @dataclass(frozen=True)
@@ -112,11 +86,18 @@ class StreamVerdict:
         The relation checked, in words.
     problems
         One line per violation, naming ranks and coordinates; empty when it holds.
+        At most a few ranks report theirs; a last line counts the rest.
     ranks
-        The offending ranks (sorted).
+        The offending ranks the problems name (sorted).
     unjudged
         What could not be judged, and why, in words; empty when every pair of
         ranks that should differ was compared.
+    replicas_compared
+        Whether any ranks were required to agree (``False`` where no two ranks
+        are replicas, e.g. a mesh with ``dp=1``).
+    shards_compared
+        Whether any ranks were required to differ (``False`` where every rank
+        is a replica of every other, e.g. nothing sharded).
     """
 
     stream: str
@@ -124,11 +105,32 @@ class StreamVerdict:
     problems: tuple[str, ...] = ()
     ranks: tuple[int, ...] = ()
     unjudged: str = ""
+    replicas_compared: bool = True
+    shards_compared: bool = True
 
     @property
     def ok(self) -> bool:
         """Whether the stream holds the expected relation on every rank."""
         return not self.problems
+
+    @property
+    def compared(self) -> str:
+        """What was compared, in words: the expectation, less what had nothing to compare."""
+        said = _COMPARED.get((self.expectation, self.replicas_compared, self.shards_compared))
+        return said if said is not None else self.expectation
+
+
+#: What a verdict says it compared, by (expectation, replicas compared, shards compared),
+#: where something had nothing to compare; otherwise it states its expectation.
+_COMPARED = {
+    (_BOTH_WAYS, False, False): "nothing to compare (a single rank)",
+    (_BOTH_WAYS, False, True): "shards differ (no replicas to compare)",
+    (_BOTH_WAYS, True, False): "replicas agree (no shards to compare: every rank shares one seed)",
+    (_SHARDS_DIFFER, False, False): "no shards to compare (every rank shares one seed)",
+    (_SHARDS_DIFFER, True, False): "no shards to compare (every rank shares one seed)",
+    (_DTENSOR, False, False): "nothing to compare (no two ranks ran DTensor ops on one mesh)",
+    (_DTENSOR, False, True): "meshes differ (no two ranks ran DTensor ops on one mesh)",
+}
 
 
 @dataclass(frozen=True)
@@ -142,8 +144,8 @@ class VerifyReport:
     streams
         One verdict per stream, in a fixed order.
     coordinates
-        Each rank's coordinate (a tuple over the mesh dims) where a mesh is
-        known, else its replica key; used to name offenders.
+        ``(rank, coordinate)`` of each rank the report names (a dict over the
+        mesh dims where a mesh is known).
     plan
         The seed plan the expectations came from, in words.
     """
@@ -176,9 +178,9 @@ class VerifyReport:
             if not verdict.ok:
                 lines.append(f"  {verdict.stream:<32} FAILED  expected: {verdict.expectation}")
             elif verdict.unjudged:
-                lines.append(f"  {verdict.stream:<32} PARTLY  {verdict.expectation}")
+                lines.append(f"  {verdict.stream:<32} PARTLY  {verdict.compared}")
             else:
-                lines.append(f"  {verdict.stream:<32} ok      {verdict.expectation}")
+                lines.append(f"  {verdict.stream:<32} ok      {verdict.compared}")
             lines.extend(f"      {problem}" for problem in verdict.problems)
             if verdict.unjudged:
                 lines.append(f"      not judged: {verdict.unjudged}")
@@ -211,17 +213,22 @@ class _Stream:
     name: str
     expectation: str
     digest: int
+    state: str | None = None  # "tracker/state" for a named state
+
+
+def _tensor_digest(tensor: torch.Tensor) -> int:
+    return digest62(tensor.detach().cpu().contiguous().numpy())
 
 
 def _host_and_device_streams(platform: Platform) -> list[_Stream]:
     host = host_generator()
-    streams = [_Stream("torch.cpu", _BOTH_WAYS, _digest32(_tensor_bytes(host.get_state())))]
+    streams = [_Stream("torch.cpu", _BOTH_WAYS, _tensor_digest(host.get_state()))]
     if platform.device_type == "cpu" and platform.generator() is host:
         return streams
     for index in range(platform.device_count()):
         state = platform.generator(index).get_state()
         streams.append(
-            _Stream(f"{platform.device_type}:{index}", _BOTH_WAYS, _digest32(_tensor_bytes(state)))
+            _Stream(f"{platform.device_type}:{index}", _BOTH_WAYS, _tensor_digest(state))
         )
     return streams
 
@@ -229,13 +236,11 @@ def _host_and_device_streams(platform: Platform) -> list[_Stream]:
 def _library_streams() -> list[_Stream]:
     numpy_state: Any = np.random.get_state()
     return [
-        _Stream("random", _BOTH_WAYS, _digest32(repr(random.getstate()).encode())),
+        _Stream("random", _BOTH_WAYS, _words(random.getstate())),
         _Stream(
             "numpy",
             _BOTH_WAYS,
-            _digest32(
-                np.ascontiguousarray(numpy_state[1]).tobytes(), repr(numpy_state[2:]).encode()
-            ),
+            digest62(np.ascontiguousarray(numpy_state[1]), repr(numpy_state[2:]).encode()),
         ),
     ]
 
@@ -248,7 +253,8 @@ def _named_streams() -> list[_Stream]:
                 _Stream(
                     f"state:{tracker_name}/{state_name}",
                     _SHARDS_DIFFER,
-                    _digest32(_tensor_bytes(state)),
+                    _tensor_digest(state),
+                    f"{tracker_name}/{state_name}",
                 )
             )
     return streams
@@ -257,8 +263,8 @@ def _named_streams() -> list[_Stream]:
 @dataclass(frozen=True)
 class _DTensorKeys:
     stream: _Stream
-    mesh_key: int
-    seed_key: int
+    agree: int  # ranks that ran ops on the same meshes, drawing with the same seeds
+    apart: int  # the seeds those meshes draw with
 
 
 def _dtensor_stream(platform: Platform, seeding: Seeding | None, mesh: Any) -> _DTensorKeys:
@@ -270,30 +276,18 @@ def _dtensor_stream(platform: Platform, seeding: Seeding | None, mesh: Any) -> _
     generator = platform.generator()
     own_seed, offset = platform.counter.peek(generator)
     meshes = [mesh] if mesh is not None else meshes_in_use()
-    mesh_key = _digest32(repr([mesh_ranks(m) for m in meshes]).encode())
+    mesh_key = digest62(*(mesh_tensor(m).numpy() for m in meshes))
     if seeding is None:
         # seeded by other means: DTensor ops should agree across each mesh
         seed_key, actual = 0, own_seed.to_bytes(8, "little")
     else:
         seeds = [seeding.dtensor_seed(m) for m in meshes] if meshes else [seeding.seed]
-        seed_key = _digest32(repr(seeds).encode())
+        seed_key = _words(seeds)
         # on the plan's stream ops draw with the meshes' seeds; re-seeded, with its own
         actual = repr(seeds).encode() if own_seed == seeding.rank_seed else repr(own_seed).encode()
-    digest = _digest32(actual, offset.to_bytes(8, "little"))
-    return _DTensorKeys(_Stream("dtensor", _DTENSOR, digest), mesh_key, seed_key)
-
-
-def _fold_devices(streams: list[_Stream]) -> list[_Stream]:
-    devices = [s for s in streams if ":" in s.name and not s.name.startswith("state:")]
-    if len(devices) < 2:
-        return streams
-    folded = _Stream(
-        f"{devices[0].name.split(':')[0]}:*",
-        _BOTH_WAYS,
-        _digest32(*(s.digest.to_bytes(4, "little") for s in devices)),
-    )
-    kept = [s for s in streams if s not in devices]
-    return [kept[0], folded, *kept[1:]]
+    digest = digest62(actual, offset.to_bytes(8, "little"))
+    stream = _Stream("dtensor", _DTENSOR, digest)
+    return _DTensorKeys(stream, _words(mesh_key, seed_key), seed_key)
 
 
 def _check_stream_names(chosen: Iterable[str] | None) -> list[str] | None:
@@ -311,29 +305,15 @@ def _check_stream_names(chosen: Iterable[str] | None) -> list[str] | None:
     return wanted
 
 
-def _select_streams_to_fingerprint(
-    streams: list[_Stream], wanted: list[str] | None, capacity: int
-) -> list[_Stream]:
-    """The streams named in ``wanted`` (all if ``None``), folded or refused to fit ``capacity``."""
+def _select_streams(streams: list[_Stream], wanted: list[str] | None) -> list[_Stream]:
+    """The streams named in ``wanted`` (all if ``None``), refusing names this rank lacks."""
     if wanted is None:
-        selected = streams
-    else:
-        known = {s.name for s in streams}
-        unknown = [name for name in wanted if name not in known]
-        if unknown:
-            raise InvalidArgumentError(
-                f"unknown stream(s) {unknown}; this rank has {sorted(known)}"
-            )
-        selected = [s for s in streams if s.name in wanted]
-    if len(selected) > capacity:
-        selected = _fold_devices(selected)
-    if len(selected) > capacity:
-        raise InvalidArgumentError(
-            f"{len(selected)} streams do not fit in one {PAYLOAD_BYTES}-byte fingerprint "
-            f"(at most {capacity} with this plan); choose some with streams=[...] "
-            f"(this rank has {[s.name for s in selected]})"
-        )
-    return selected
+        return streams
+    known = {s.name for s in streams}
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise InvalidArgumentError(f"unknown stream(s) {unknown}; this rank has {sorted(known)}")
+    return [s for s in streams if s.name in wanted]
 
 
 def _keys(
@@ -352,7 +332,7 @@ def _keys(
         key = linear_index([position[d] for d in dims], [sizes[d] for d in dims])
         words = f"sharded {', '.join(dims) or 'along no dim'} over {layout.describe()}"
         identity = (layout.names, layout.shape, dims)  # not its ranks: each stage has its own
-        return key, _digest32(repr(identity).encode()), words, layout
+        return key, _words(identity), words, layout
     if seeding is None:
         raise MeshError(
             "no seed plan is in force (seeded by other means than hwrng.manual_seed or a "
@@ -366,35 +346,45 @@ def _keys(
         seeding.source,
         seeding.platform,
         None if plan_layout is None else (plan_layout.names, plan_layout.shape),
+        seeding.generation,
+        seeding.named,
     )
     known = plan_layout if mesh is None else MeshLayout.of(mesh)
-    return key, _digest32(repr(plan_identity).encode()), seeding.describe(), known
+    return key, _words(plan_identity), seeding.describe(), known
 
 
-def _members_digest(members: Iterable[int]) -> int:
-    return _digest32(repr(tuple(sorted(members))).encode())
-
-
-def _group_words(seeding: Seeding | None, checked: Sequence[int]) -> list[int]:
-    """One word per process-group term of the plan: its members among the checked ranks."""
-    if seeding is None:
-        return []
-    inside = set(checked)
-    return [_members_digest(set(d.members) & inside) for d in seeding.dims if d.members is not None]
-
-
-def _split64(value: int) -> tuple[int, int]:
-    return value & 0xFFFFFFFF, value >> 32
+def _named_apart(stream: _Stream, seeding: Seeding | None, replica: int) -> tuple[int, bool]:
+    """A named state's apart key, and whether its preset said which dims it differs along."""
+    dims = None if seeding is None or stream.state is None else seeding.named_dims(stream.state)
+    if dims is None:
+        return replica, False
+    coordinates = {d.name: d.coordinate for d in seeding.dims} if seeding is not None else {}
+    return _words([(d, coordinates.get(d)) for d in dims]), True
 
 
 @dataclass(frozen=True)
 class _Fingerprint:
-    words: list[int]
+    """What this rank contributes: its claims, and what every rank must share."""
+
     chosen: list[_Stream]
+    claims: list[Claim]
+    described: list[bool]  # named states whose preset said what they differ along
+    names_digest: int
+    plan_digest: int
     layout: MeshLayout | None
     plan_words: str
-    group_terms: int
+    groups: list[int]
     preset: str | None
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return int(dist.get_world_size())
+
+
+def _members_digest(members: Iterable[int]) -> int:
+    return _words(tuple(sorted(members)))
 
 
 def _fingerprint(
@@ -402,7 +392,7 @@ def _fingerprint(
     sharded_dims: tuple[str, ...] | None,
     wanted: list[str] | None,
     platform: Platform | str | None,
-    checked: Sequence[int],
+    checked: Sequence[int] | None,
 ) -> _Fingerprint:
     """Everything this rank sends; may raise (the caller turns that into a setup failure)."""
     seeding = current_seeding() if sharded_dims is None else None
@@ -410,24 +400,51 @@ def _fingerprint(
     if platform is None and plan is not None:
         platform = plan.platform
     resolved = resolve_platform(platform)
-    replica_key, plan_digest, plan_words, layout = _keys(seeding, mesh, sharded_dims)
+    replica, plan_digest, plan_words, layout = _keys(seeding, mesh, sharded_dims)
+    replica_key = _words(replica)
     dtensor = _dtensor_stream(resolved, plan, mesh)
-    groups = _group_words(seeding, checked)
     everything = [
         *_host_and_device_streams(resolved),
         *_library_streams(),
         *_named_streams(),
         dtensor.stream,
     ]
-    chosen = _select_streams_to_fingerprint(everything, wanted, MAX_STREAMS - len(groups))
-    names_digest = _digest32(repr([s.name for s in chosen]).encode())
-    words = [0, names_digest, plan_digest, *_split64(replica_key)]
-    words += [dtensor.mesh_key, dtensor.seed_key, *groups, *(s.digest for s in chosen)]
+    chosen = _select_streams(everything, wanted)
+    claims: list[Claim] = []
+    described: list[bool] = []
+    for stream in chosen:
+        said = False
+        if stream.expectation == _DTENSOR:
+            claim = Claim(stream.digest, dtensor.agree, dtensor.apart)
+        elif stream.expectation == _SHARDS_DIFFER:
+            apart, said = _named_apart(stream, seeding, replica)
+            claim = Claim(stream.digest, None, apart)
+        else:
+            claim = Claim(stream.digest, replica_key, replica_key)
+        claims.append(claim)
+        described.append(said)
+    claims.append(Claim(replica_key, replica_key, replica_key))  # are any two ranks replicas?
+    groups: list[int] = []
+    if seeding is not None and any(d.members is not None for d in seeding.dims):
+        inside = set(checked if checked is not None else range(_world_size()))
+        groups = [
+            _members_digest(set(d.members) & inside) for d in seeding.dims if d.members is not None
+        ]
     preset = None
     if seeding is not None and seeding.source not in _LAYOUT_SOURCES:
-        terms = ", ".join(d.name for d in seeding.dims) or "none"
+        terms = ", ".join(d.name for d in seeding.dims if d.weight) or "none"
         preset = f"the {seeding.source} plan (its terms: {terms})"
-    return _Fingerprint(words, chosen, layout, plan_words, len(groups), preset)
+    return _Fingerprint(
+        chosen,
+        claims,
+        described,
+        _words([s.name for s in chosen]),
+        plan_digest,
+        layout,
+        plan_words,
+        groups,
+        preset,
+    )
 
 
 def _check_arguments(
@@ -437,7 +454,7 @@ def _check_arguments(
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
-    if not (dist.is_available() and dist.is_initialized()):
+    if not distributed():
         raise DistributedError("verify is a collective: initialise torch.distributed first")
     if mesh is not None and not isinstance(mesh, DeviceMesh):
         raise MeshError(f"mesh must be a torch DeviceMesh, got {type(mesh).__name__}")
@@ -466,6 +483,22 @@ def _check_arguments(
     return dims
 
 
+def _comparison_mesh(mesh: Any, group: Any, plan: Seeding | None) -> Any:
+    """The DeviceMesh whose dims ranks are compared along, or ``None`` to compare as one group."""
+    import torch.distributed as dist
+
+    if group is not None:
+        return None
+    if plan is not None and any(d.members is not None for d in plan.dims):
+        return None  # process groups are judged by their members, over the whole group
+    candidate = mesh if mesh is not None else seeded_mesh()
+    if candidate is None or candidate.get_coordinate() is None:
+        return None
+    if candidate.size() != dist.get_world_size():
+        return None
+    return candidate
+
+
 def verify(
     mesh: DeviceMesh | None = None,
     *,
@@ -474,13 +507,19 @@ def verify(
     group: dist.ProcessGroup | None = None,
     platform: Platform | str | None = None,
 ) -> VerifyReport:
-    """Check every RNG stream of every rank against the seed plan, in one small all_gather.
+    """Check every RNG stream of every rank against the seed plan, at a cost set by the mesh.
 
     Call it on every rank of ``group`` (a collective). It changes no RNG state:
     streams are read, never drawn from. It never leaves a peer waiting: a rank
     that cannot build its fingerprint (no plan in force, a stream it does not
-    have, a mesh it is not in, ...) still joins the collective, and every rank
+    have, a mesh it is not in, ...) still joins the collectives, and every rank
     gets the same report, failing with ``setup failed on rank r: ...``.
+
+    With a DeviceMesh over the whole world (``mesh``, or the one the plan was
+    made on), ranks are compared along each of its dims: per rank, a few
+    reductions of some hundred bytes, plus one gather of a row per stream from
+    each rank along each dim whose ranks should differ. Otherwise the group is
+    compared as one, with a gather over all of it.
 
     Parameters
     ----------
@@ -498,8 +537,7 @@ def verify(
         The stream names to check (see :class:`StreamVerdict`); by default
         every one: torch CPU, each device of the platform, ``random``, NumPy,
         every named state of every live :class:`~hwrng.RNGStatesTracker`, and
-        the DTensor stream. Nine at most (one fewer per process group of the
-        plan): several devices are folded into one.
+        the DTensor stream.
     group
         The process group to check over; by default the whole world.
     platform
@@ -510,11 +548,13 @@ def verify(
     -------
     VerifyReport
         The same report on every rank; ``report.raise_if_failed()`` raises.
-        Ranks whose plans differ (seed, terms, preset, platform, mesh shape), or
-        whose process groups do not match their members' groups, fail the
-        ``plan`` check. After a preset (Megatron, slapo), whose plan has no
-        tensor-parallel term, named states are compared only between ranks
-        the plan tells apart, and their verdicts say so (``unjudged``).
+        Ranks whose plans differ (seed, terms, preset, platform, mesh shape,
+        resume generation), or whose process groups do not match their
+        members' groups, fail the ``plan`` check. After a preset that knows
+        what its named states differ along (Megatron: the tensor-parallel
+        stream along ``pp`` and ``tp``), they are judged so; after one that
+        does not, named states are compared only between ranks the plan
+        tells apart, and their verdicts say so (``unjudged``).
 
     Raises
     ------
@@ -528,221 +568,183 @@ def verify(
         On every rank, before any collective, if ``streams`` is not a list of
         distinct names.
     """
-    import torch.distributed as dist
-
     dims = _check_arguments(mesh, sharded_dims, group)
     wanted = _check_stream_names(streams)
-    ranks = (
-        list(range(dist.get_world_size())) if group is None else dist.get_process_group_ranks(group)
-    )
-    failure = ""
-    try:
-        fingerprint: _Fingerprint | None = _fingerprint(mesh, dims, wanted, platform, ranks)
-    except Exception as error:  # any failure must still reach the collective
-        fingerprint = None
-        failure = f"{type(error).__name__}: {error}"
-    words = [_SETUP_FAILED] if fingerprint is None else fingerprint.words
-    words = words + [0] * (_WORDS - len(words))
-    device = _collective_device(group, platform)
-    table = _gather_words(words, device, group)
-    me = dist.get_rank()
-    if any(row[0] == _SETUP_FAILED for row in table):
-        messages = _gather_message(failure, device, group)
-        problems = tuple(
-            f"setup failed on rank {rank}: {message}"
-            for rank, row, message in zip(ranks, table, messages, strict=True)
-            if row[0] == _SETUP_FAILED
-        )
-        failed = tuple(r for r, row in zip(ranks, table, strict=True) if row[0] == _SETUP_FAILED)
-        verdict = StreamVerdict("setup", "every rank builds its fingerprint", problems, failed)
-        coordinates = tuple((r, {"rank": r}) for r in ranks)
-        return VerifyReport(me, len(ranks), (verdict,), coordinates, "unknown (setup failed)")
-    assert fingerprint is not None  # every rank's status is 0, this one's included
-    return _judge(table, ranks, fingerprint, me=me)
-
-
-def _collective_device(group: Any, platform: Platform | str | None) -> torch.device:
-    """Where the fingerprints travel: the CPU for gloo, else the platform's device."""
-    import torch.distributed as dist
-
-    if dist.get_backend(group) == "gloo":
-        return torch.device("cpu")
     plan = current_seeding()
-    if platform is None and plan is not None:
-        platform = plan.platform
-    return resolve_platform(platform).device()
-
-
-def _gather_words(words: list[int], device: torch.device, group: Any) -> list[list[int]]:
-    import torch.distributed as dist
-
-    payload = torch.tensor(np.array(words, dtype=np.uint32).view(np.int64))
-    gathered = [torch.empty_like(payload, device=device) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(gathered, payload.to(device), group=group)
-    return [g.cpu().numpy().view(np.uint32).tolist() for g in gathered]
-
-
-def _gather_message(message: str, device: torch.device, group: Any) -> list[str]:
-    """Every rank's setup error (empty where none), in one more fixed-size all_gather."""
-    import torch.distributed as dist
-
-    data = message.encode("utf-8")[:MESSAGE_BYTES]
-    buffer = np.zeros(MESSAGE_BYTES, dtype=np.uint8)
-    buffer[: len(data)] = np.frombuffer(data, dtype=np.uint8)
-    payload = torch.from_numpy(buffer).to(device)
-    gathered = [torch.empty_like(payload) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(gathered, payload, group=group)
-    return [
-        bytes(g.cpu().numpy().tobytes()).rstrip(b"\0").decode("utf-8", errors="replace")
-        for g in gathered
-    ]
-
-
-def _coordinate(rank: int, layout: MeshLayout | None, key: int) -> Any:
-    if layout is not None:
-        found = layout.coordinate(rank)
-        if found is not None:
-            return dict(zip(layout.names, found, strict=True))
-    return {"index": key}
-
-
-def _who(ranks: Sequence[int], coordinates: dict[int, Any]) -> str:
-    return ", ".join(f"rank {r} {coordinates[r]}" for r in ranks)
-
-
-def _judge(
-    table: list[list[int]], ranks: list[int], mine: _Fingerprint, *, me: int
-) -> VerifyReport:
-    rows = dict(zip(ranks, table, strict=True))
-    replica = {r: row[3] | row[4] << 32 for r, row in rows.items()}
-    coordinates = {r: _coordinate(r, mine.layout, replica[r]) for r in ranks}
-
-    def report(verdicts: list[StreamVerdict]) -> VerifyReport:
-        return VerifyReport(
-            me, len(ranks), tuple(verdicts), tuple(coordinates.items()), mine.plan_words
-        )
-
-    setup = _minorities(
-        {r: row[1] for r, row in rows.items()}, "the streams they have", coordinates
+    chosen_platform = platform if platform is not None or plan is None else plan.platform
+    resolved = resolve_platform(chosen_platform)
+    whole = Comm(group, resolved)
+    me = whole.global_rank(whole.rank)
+    failure = ""
+    fingerprint: _Fingerprint | None = None
+    comparison = None
+    try:
+        comparison = _comparison_mesh(mesh, group, plan if dims is None else None)
+        checked = None if group is None else whole.global_ranks()
+        fingerprint = _fingerprint(mesh, dims, wanted, platform, checked)
+    except Exception as error:  # any failure must still reach the collectives
+        failure = f"{type(error).__name__}: {error}"
+    ok = fingerprint is not None
+    shared = (
+        [fingerprint.names_digest, fingerprint.plan_digest] if fingerprint is not None else [0, 0]
     )
-    if setup:
-        return report([StreamVerdict("setup", "every rank checks the same streams", *setup)])
-    plan = _minorities({r: row[2] for r, row in rows.items()}, "the seed plan", coordinates)
-    if not plan:
-        plan = _group_problems(rows, mine.group_terms, coordinates)
-    if plan:
-        return report([StreamVerdict("plan", "every rank holds the same seed plan", *plan)])
-    first = _HEADER_WORDS + mine.group_terms
-    dtensor_mesh = {r: (row[5], row[6]) for r, row in rows.items()}
-    dtensor_seed = {r: row[6] for r, row in rows.items()}
-    verdicts: list[StreamVerdict] = []
-    for position, stream in enumerate(mine.chosen):
-        digests = {r: row[first + position] for r, row in rows.items()}
+    mesh_word = mesh_identity(comparison) if comparison is not None else 0
+    high = whole.max(
+        [int(not ok), *shared, mesh_word],
+        negated=[*shared, mesh_word, whole.rank if not ok else whole.size],
+    )
+    layout = fingerprint.layout if fingerprint is not None else None
+    fallback = Topology.over_group(whole, layout)
+    if high[0]:
+        return _setup_failed(whole, failure if not ok else None, fallback)
+    assert fingerprint is not None  # every rank's status is 0, this one's included
+    if high[1] != high[4]:
+        problems, ranks = _name_minority(
+            whole, fingerprint.names_digest, "the streams they have", fallback
+        )
+        verdict = StreamVerdict("setup", "every rank checks the same streams", problems, ranks)
+        return _report(whole, me, [verdict], fallback, fingerprint.plan_words)
+    if high[2] != high[5]:
+        problems, ranks = _name_minority(whole, fingerprint.plan_digest, "the seed plan", fallback)
+        verdict = StreamVerdict("plan", "every rank holds the same seed plan", problems, ranks)
+        return _report(whole, me, [verdict], fallback, fingerprint.plan_words)
+    if fingerprint.groups:
+        found = _group_problems(whole, fingerprint.groups, fallback)
+        if found is not None:
+            verdict = StreamVerdict("plan", "every rank holds the same seed plan", *found)
+            return _report(whole, me, [verdict], fallback, fingerprint.plan_words)
+    if comparison is not None and high[3] == high[6]:
+        topology = Topology.over_mesh(comparison, whole, resolved)
+        if layout is not None:
+            topology.layout = layout
+    else:
+        topology = fallback
+    judged = judge(fingerprint.claims, topology, shown=SHOWN)
+    return _report(
+        whole,
+        me,
+        _stream_verdicts(fingerprint, judged),
+        topology,
+        fingerprint.plan_words,
+    )
+
+
+def _stream_verdicts(fingerprint: _Fingerprint, judged: list[Judged]) -> list[StreamVerdict]:
+    replicas_exist = judged[-1].compared_equal
+    verdicts = []
+    for stream, said, found in zip(fingerprint.chosen, fingerprint.described, judged, strict=False):
         unjudged = ""
-        if stream.expectation == _DTENSOR:
-            problems, offenders = _find_agreement_violations(
-                digests, dtensor_mesh, dtensor_seed, coordinates
+        if (
+            stream.expectation == _SHARDS_DIFFER
+            and fingerprint.preset is not None
+            and not said
+            and replicas_exist
+        ):
+            unjudged = (
+                f"ranks that {fingerprint.preset} does not tell apart were not compared, so a "
+                "state with one seed on every tensor-parallel rank passes; to judge it, "
+                "pass mesh= and sharded_dims= with streams=[this state]"
             )
-        elif stream.expectation == _SHARDS_DIFFER:
-            problems, offenders = _find_agreement_violations(digests, None, replica, coordinates)
-            if mine.preset is not None and len(set(replica.values())) < len(ranks):
-                unjudged = (
-                    f"ranks that {mine.preset} does not tell apart were not compared, so a "
-                    "state with one seed on every tensor-parallel rank passes; to judge it, "
-                    "pass mesh= and sharded_dims= with streams=[this state]"
-                )
-        else:
-            problems, offenders = _find_agreement_violations(digests, replica, replica, coordinates)
+        problems = found.problems
+        if found.hidden:
+            problems += (f"... and {found.hidden} more violation(s) not shown",)
         verdicts.append(
             StreamVerdict(
-                stream.name, stream.expectation, tuple(problems), tuple(offenders), unjudged
+                stream.name,
+                stream.expectation,
+                problems,
+                found.ranks,
+                unjudged,
+                replicas_compared=found.compared_equal,
+                shards_compared=found.compared_apart,
             )
         )
-    return report(verdicts)
+    return verdicts
 
 
-def _minorities(
-    values: dict[int, int], what: str, coordinates: dict[int, Any]
-) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
-    """``(problems, ranks)`` naming the ranks off the most common value, or ``None``."""
-    groups = _group_by(values)
-    if len(groups) < 2:
-        return None
-    ordered = sorted(groups.values(), key=lambda members: (-len(members), min(members)))
-    minority = sorted(r for members in ordered[1:] for r in members)
-    if len(ordered[0]) == len(ordered[1]):
-        minority = sorted(values)
-    return (f"ranks disagree on {what}: {_who(minority, coordinates)}",), tuple(minority)
+def _report(
+    whole: Comm, me: int, verdicts: list[StreamVerdict], topology: Topology, plan: str
+) -> VerifyReport:
+    named = sorted({r for v in verdicts for r in v.ranks})
+    coordinates = tuple((r, _coordinate(topology, r)) for r in named)
+    return VerifyReport(me, whole.size, tuple(verdicts), coordinates, plan)
+
+
+def _coordinate(topology: Topology, rank: int) -> Any:
+    if topology.layout is not None:
+        found = topology.layout.coordinate(rank)
+        if found is not None:
+            return dict(zip(topology.layout.names, found, strict=True))
+    return {"rank": rank}
+
+
+def _setup_failed(whole: Comm, failure: str | None, topology: Topology) -> VerifyReport:
+    """Every rank's report when some rank could not build its fingerprint."""
+    (count,) = whole.sum([int(failure is not None)])
+    collected = whole.collect_texts(failure, SHOWN)
+    ranks = tuple(whole.global_rank(position) for position, _ in collected)
+    problems = tuple(
+        f"setup failed on rank {rank}: {text}"
+        for rank, (_, text) in zip(ranks, collected, strict=True)
+    )
+    if count > len(collected):
+        problems += (f"... and {count - len(collected)} more rank(s) failed",)
+    verdict = StreamVerdict("setup", "every rank builds its fingerprint", problems, ranks)
+    coordinates = tuple((r, {"rank": r}) for r in ranks)
+    me = whole.global_rank(whole.rank)
+    return VerifyReport(me, whole.size, (verdict,), coordinates, "unknown (setup failed)")
+
+
+def _name_minority(
+    whole: Comm, value: int, what: str, topology: Topology
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Name the ranks whose ``value`` differs from the one most ranks hold (all, with no majority).
+
+    Fixed-size collectives only: up to four candidate values (each the value of
+    the lowest rank holding none of the earlier ones) are counted; the one held
+    by most ranks is the reference if no value left uncounted could match it.
+    """
+    candidates: list[int] = []
+    counts: list[int] = []
+    while len(candidates) < 4:
+        (lowest,) = whole.max([], negated=[whole.rank if value not in candidates else whole.size])
+        if lowest >= whole.size:
+            break
+        (candidate,) = whole.max([value if whole.rank == lowest else 0])
+        (count,) = whole.sum([int(value == candidate)])
+        candidates.append(candidate)
+        counts.append(count)
+    unseen = whole.size - sum(counts)
+    best = max(counts)
+    winners = [c for c, n in zip(candidates, counts, strict=True) if n == best]
+    reference = winners[0] if len(winners) == 1 and best > unseen else None
+    odd = value != reference
+    (total,) = whole.sum([int(odd)])
+    positions = whole.first_ranks(odd, SHOWN)
+    ranks = tuple(whole.global_rank(p) for p in positions)
+    named = ", ".join(topology.name(r) for r in ranks)
+    more = f" and {total - len(ranks)} more" if total > len(ranks) else ""
+    return (f"ranks disagree on {what}: {named}{more}",), ranks
 
 
 def _group_problems(
-    rows: dict[int, list[int]], terms: int, coordinates: dict[int, Any]
+    whole: Comm, words: list[int], topology: Topology
 ) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
-    """Each process group of the plan must be held by exactly its members."""
+    """Each process group of the plan must be held by exactly its members (a gather over all)."""
+    rows = whole.gather_rows(words)
+    ranks = whole.global_ranks()
     problems: list[str] = []
     offenders: set[int] = set()
-    for term in range(terms):
-        claims = _group_by({r: row[_HEADER_WORDS + term] for r, row in rows.items()})
+    for term in range(len(words)):
+        claims: dict[int, list[int]] = {}
+        for rank, row in zip(ranks, rows, strict=True):
+            claims.setdefault(row[term], []).append(rank)
         for digest, members in claims.items():
             if _members_digest(members) != digest:
                 offenders.update(members)
+                named = ", ".join(topology.name(r) for r in sorted(members))
                 problems.append(
-                    f"groups[{term}] of {_who(sorted(members), coordinates)} is not the group "
-                    "its other members hold (a rank seeded with another rank's process group?)"
+                    f"groups[{term}] of {named} is not the group its other members hold "
+                    "(a rank seeded with another rank's process group?)"
                 )
     return (tuple(problems), tuple(sorted(offenders))) if problems else None
-
-
-def _group_by(values: dict[int, Any]) -> dict[Any, list[int]]:
-    groups: dict[Any, list[int]] = {}
-    for rank, value in values.items():
-        groups.setdefault(value, []).append(rank)
-    return groups
-
-
-def _find_agreement_violations(
-    digests: dict[int, int],
-    agree: dict[int, Any] | None,
-    apart: dict[int, int],
-    coordinates: dict[int, Any],
-) -> tuple[list[str], list[int]]:
-    """Violations among ranks that should agree (equal ``agree`` keys) or differ (``apart``).
-
-    Within an ``agree`` key, ranks should agree: those off the group's most
-    common digest are named (``agree=None``: no two ranks need agree). Ranks
-    whose ``apart`` keys differ must not share a digest: each agreement
-    group's common digest counts, so a lone odd replica is not blamed twice.
-    """
-    problems: list[str] = []
-    offenders: set[int] = set()
-    compared: dict[int, int] = {}
-    if agree is None:
-        compared.update(digests)
-    else:
-        for members in _group_by(agree).values():
-            by_digest = _group_by({r: digests[r] for r in members})
-            ranked = sorted(by_digest.items(), key=lambda item: (-len(item[1]), min(item[1])))
-            compared.update({r: ranked[0][0] for r in ranked[0][1]})
-            if len(ranked) > 1 and len(ranked[0][1]) == len(ranked[1][1]):
-                offenders.update(members)
-                problems.append(
-                    f"replicas disagree, with no majority to tell which is right: "
-                    f"{_who(sorted(members), coordinates)}"
-                )
-            elif len(ranked) > 1:
-                odd = sorted(r for _, rs in ranked[1:] for r in rs)
-                offenders.update(odd)
-                problems.append(
-                    f"replicas disagree: {_who(odd, coordinates)} differ from "
-                    f"{_who(ranked[0][1][:2], coordinates)}"
-                )
-    for members in _group_by(compared).values():
-        sharing = sorted({apart[r] for r in members})
-        if len(sharing) > 1:
-            named = sorted(min(r for r in members if apart[r] == k) for k in sharing)
-            offenders.update(members)
-            problems.append(
-                f"shards draw alike: {_who(named, coordinates)}"
-                + (" (and their replicas)" if len(members) > len(named) else "")
-            )
-    return problems, sorted(offenders)

@@ -13,7 +13,7 @@ import torch
 
 import hwrng
 from hwrng._host import HOST_COUNTER
-from hwrng._seeding import current_seeding, record_seeding
+from hwrng._seeding import current_seeding, record_seeding, seeded_mesh
 
 
 @pytest.fixture
@@ -46,6 +46,7 @@ def _restore_every_global() -> Iterator[None]:
         os.environ.get("PYTHONHASHSEED"),
         current_seeding(),
         _dtensor_tracker(),
+        seeded_mesh(),
     )
     yield
     hwrng.dtensor.uninstall()
@@ -60,7 +61,7 @@ def _restore_every_global() -> Iterator[None]:
         os.environ.pop("PYTHONHASHSEED", None)
     else:
         os.environ["PYTHONHASHSEED"] = saved[4]
-    record_seeding(saved[5])
+    record_seeding(saved[5], saved[7])
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,0 +1,218 @@
+"""Every collective hwrng issues, each of a size that does not grow with the world.
+
+At thousands of ranks a per-rank cost that grows with the world size is the
+one that hurts, so checkpoints and verification talk only through:
+
+* :meth:`Comm.max` and :meth:`Comm.sum`: an ``all_reduce`` of a few int64
+  words (a minimum is the maximum of negated words);
+* :meth:`Comm.broadcast_text`: one fixed-size message from one rank, sent
+  only on a path that has already failed;
+* :meth:`Comm.gather_rows`: an ``all_gather`` of fixed-size rows within *one
+  mesh dim's group* (its size is that dim's, not the world's), or within the
+  whole group where no mesh is known -- the one place a cost may grow, and
+  the callers say when.
+
+Words are non-negative integers below ``2**62`` (:data:`WORD_LIMIT`), so a
+negated word never overflows. Without an initialised process group a
+:class:`Comm` is a world of one, and every method answers without
+communicating.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from hwrng._exceptions import DistributedError
+
+if TYPE_CHECKING:
+    from hwrng._platform import Platform
+
+__all__ = ["MESSAGE_BYTES", "WORD_LIMIT", "Comm", "digest62", "distributed"]
+
+#: Every word a :class:`Comm` reduces lies in ``[0, WORD_LIMIT)``.
+WORD_LIMIT = 2**62
+#: The size of the one message :meth:`Comm.broadcast_text` sends.
+MESSAGE_BYTES = 4096
+
+_CPU_BACKENDS = ("gloo", "fake", "mpi")
+
+
+def distributed() -> bool:
+    """Whether ``torch.distributed`` is available and initialised in this process."""
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def digest62(*parts: bytes | memoryview | np.ndarray) -> int:
+    """A 62-bit digest of ``parts`` (a word :class:`Comm` can reduce), length-prefixed."""
+    hasher = hashlib.blake2b(digest_size=8, person=b"hwrng-words")
+    for part in parts:
+        raw = np.ascontiguousarray(part).data if isinstance(part, np.ndarray) else memoryview(part)
+        view = raw.cast("B")
+        hasher.update(len(view).to_bytes(8, "little"))
+        hasher.update(view)
+    return int.from_bytes(hasher.digest(), "little") % WORD_LIMIT
+
+
+def _device_for(group: Any, platform: Platform | None) -> torch.device:
+    """Where a group's collectives run: the CPU where its backend takes CPU tensors."""
+    import torch.distributed as dist
+
+    backend = str(dist.get_backend(group))
+    if any(name in backend for name in _CPU_BACKENDS):
+        return torch.device("cpu")
+    if platform is None:
+        from hwrng._registry import resolve_platform
+
+        platform = resolve_platform(None)
+    return platform.device()
+
+
+class Comm:
+    """The collectives hwrng uses, over one process group.
+
+    Parameters
+    ----------
+    group
+        The process group; ``None`` for the whole world.
+    platform
+        Whose device carries the words on a backend without CPU tensors
+        (nccl, hccl); by default :func:`hwrng.get_platform`'s choice.
+    """
+
+    def __init__(self, group: Any = None, platform: Platform | None = None) -> None:
+        self.group = group
+        if not distributed():
+            self.rank, self.size, self.device = 0, 1, torch.device("cpu")
+            return
+        import torch.distributed as dist
+
+        self.rank = int(dist.get_rank(group))
+        self.size = int(dist.get_world_size(group))
+        if self.rank < 0:
+            raise DistributedError(
+                f"this rank ({dist.get_rank()}) is not a member of the group it communicates over"
+            )
+        self.device = _device_for(group, platform)
+
+    def global_rank(self, position: int) -> int:
+        """The global rank at group position ``position``."""
+        if self.group is None or not distributed():
+            return position
+        import torch.distributed as dist
+
+        return int(dist.get_global_rank(self.group, position))
+
+    def global_ranks(self) -> list[int]:
+        """The global ranks of the group, in group order (``size`` of them)."""
+        if not distributed():
+            return [0]
+        import torch.distributed as dist
+
+        if self.group is None:
+            return list(range(self.size))
+        return [int(r) for r in dist.get_process_group_ranks(self.group)]
+
+    def _words(self, values: Iterable[int]) -> torch.Tensor:
+        words = [int(v) for v in values]
+        for word in words:
+            if not 0 <= word < WORD_LIMIT:
+                raise ValueError(f"a collective word must lie in [0, 2**62), got {word}")
+        return torch.tensor(words, dtype=torch.int64, device=self.device)
+
+    def max(self, values: Sequence[int], *, negated: Sequence[int] = ()) -> list[int]:
+        """Element-wise maxima of ``values`` over the group, then minima of ``negated``.
+
+        One ``all_reduce`` of ``len(values) + len(negated)`` words.
+        """
+        import torch.distributed as dist
+
+        words = self._words(values)
+        flipped = -self._words(negated)
+        payload = torch.cat([words, flipped])
+        if self.size > 1 and payload.numel():
+            dist.all_reduce(payload, op=dist.ReduceOp.MAX, group=self.group)
+        result = payload.cpu().tolist()
+        return result[: len(values)] + [-w for w in result[len(values) :]]
+
+    def sum(self, values: Sequence[int]) -> list[int]:
+        """Element-wise sums of ``values`` over the group (one ``all_reduce``)."""
+        import torch.distributed as dist
+
+        payload = self._words(values)
+        if self.size > 1 and payload.numel():
+            dist.all_reduce(payload, op=dist.ReduceOp.SUM, group=self.group)
+        return [int(w) for w in payload.cpu().tolist()]
+
+    def broadcast_text(self, text: str, src: int) -> str:
+        """``text`` of the rank at group position ``src``, on every rank (cut to fit).
+
+        One ``broadcast`` of :data:`MESSAGE_BYTES` bytes; only ``src``'s ``text``
+        matters. Used on paths that already failed, to say why.
+        """
+        import torch.distributed as dist
+
+        data = text.encode("utf-8")[:MESSAGE_BYTES]
+        if self.size == 1:
+            return data.decode("utf-8", errors="replace")
+        buffer = np.zeros(MESSAGE_BYTES, dtype=np.uint8)
+        if self.rank == src:
+            buffer[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+        payload = torch.from_numpy(buffer).to(self.device)
+        source = src if self.group is None else dist.get_global_rank(self.group, src)
+        dist.broadcast(payload, src=source, group=self.group)
+        raw = payload.cpu().numpy().tobytes().rstrip(b"\0")
+        return raw.decode("utf-8", errors="replace")
+
+    def gather_rows(self, row: Sequence[int]) -> list[list[int]]:
+        """Every member's ``row`` (all of one length), in group order: one ``all_gather``.
+
+        Its cost grows with the group's size: callers gather within one mesh
+        dim's group, or over the whole group only where no mesh is known.
+        """
+        import torch.distributed as dist
+
+        payload = self._words(row)
+        if self.size == 1:
+            return [payload.cpu().tolist()]
+        gathered = [torch.empty_like(payload) for _ in range(self.size)]
+        dist.all_gather(gathered, payload, group=self.group)
+        return [[int(w) for w in g.cpu().tolist()] for g in gathered]
+
+    def first_ranks(self, flagged: bool, limit: int) -> list[int]:
+        """The lowest ``limit`` group positions whose ``flagged`` is true, on every rank.
+
+        At most ``limit + 1`` reductions of one word each; for failure paths.
+        """
+        found: list[int] = []
+        last = -1
+        while len(found) < limit:
+            mine = self.rank if flagged and self.rank > last else self.size
+            (lowest,) = self.max([], negated=[mine])
+            if lowest >= self.size:
+                break
+            found.append(lowest)
+            last = lowest
+        return found
+
+    def collect_texts(self, text: str | None, limit: int) -> list[tuple[int, str]]:
+        """``(group position, text)`` of the lowest ``limit`` ranks that have a text.
+
+        The same list on every rank; one reduction and one broadcast per text.
+        """
+        collected: list[tuple[int, str]] = []
+        last = -1
+        while len(collected) < limit:
+            mine = self.rank if text is not None and self.rank > last else self.size
+            (lowest,) = self.max([], negated=[mine])
+            if lowest >= self.size:
+                break
+            collected.append((lowest, self.broadcast_text(text or "", lowest)))
+            last = lowest
+        return collected

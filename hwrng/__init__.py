@@ -17,6 +17,8 @@ Everything public is importable from here; the modules behind it are private
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hwrng._checkpoint import load, load_state_dict, save, state_dict
 from hwrng._counters import CounterView, PhiloxCounter
 from hwrng._dcp import RNGState
@@ -65,20 +67,27 @@ from hwrng._version import __version__
 from hwrng._workers import WorkerInitFn, WorkerSeeds, worker_init_fn, worker_seeds
 from hwrng.hookspecs import hookimpl
 
+if TYPE_CHECKING:
+    from hwrng._dcp_planner import RNGLoadPlanner
+
 # Submodules reached as attributes: dtensor imports torch.distributed.tensor only when used.
 _LAZY_SUBMODULES = ("dtensor", "invariant", "presets", "testing")
+# Names whose module imports torch.distributed.checkpoint, loaded when first used.
+_LAZY_NAMES = {"RNGLoadPlanner": "hwrng._dcp_planner"}
 
 
 def __getattr__(name: str) -> object:
-    if name in _LAZY_SUBMODULES:
-        import importlib
+    import importlib
 
+    if name in _LAZY_SUBMODULES:
         return importlib.import_module(f"hwrng.{name}")
+    if name in _LAZY_NAMES:
+        return getattr(importlib.import_module(_LAZY_NAMES[name]), name)
     raise AttributeError(f"module 'hwrng' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES) | set(_LAZY_NAMES))
 
 
 __all__ = [
@@ -109,6 +118,7 @@ __all__ = [
     "PhiloxCounter",
     "Platform",
     "PlatformInfo",
+    "RNGLoadPlanner",
     "RNGState",
     "RNGStatesTracker",
     "SeedDim",

@@ -11,7 +11,7 @@ from the saved seed plan for the new mesh, the default generator continues at
 the saved DTensor position, and a warning says so. :func:`save` is atomic.
 :class:`hwrng.RNGState` (in ``_dcp``) carries all ranks' states through DCP.
 
-What is saved, per rank (format 2)::
+What is saved, per rank (format 3)::
 
     format, written_by {hwrng, backend, device_count, rank, world_size, mesh, sharded_dims}
     python      random.getstate()           numpy  the legacy global generator
@@ -31,6 +31,7 @@ every value is also checked as a fresh argument would be.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import os
@@ -50,10 +51,10 @@ from hwrng._counters import U64
 from hwrng._exceptions import CheckpointError, HwrngError, HwrngWarning
 from hwrng._host import HOST_COUNTER, _decode, host_generator
 from hwrng._mesh import MeshLayout
-from hwrng._plan import Seeding
+from hwrng._plan import Seeding, generation_seed, plan_for_mesh
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
-from hwrng._seeding import current_seeding, record_seeding
+from hwrng._seeding import current_seeding, record_seeding, seed_streams
 from hwrng._states import RNGStatesTracker, live_trackers
 from hwrng._validation import apply_state, check_offset, check_seed, check_state_tensor
 from hwrng._version import __version__
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 __all__ = ["FORMAT", "OnMismatch", "load", "load_state_dict", "save", "state_dict"]
 
 #: The format :func:`state_dict` writes; :func:`load_state_dict` reads this one only.
-FORMAT = 2
+FORMAT = 3
 
 OnMismatch = Literal["error", "reseed"]
 
@@ -446,76 +447,100 @@ def _apply(restore: _Restore, platform: Platform) -> None:
 
 @dataclass
 class _Reseed:
-    """A checked re-derivation: the saved plan, and where the DTensor stream continues."""
+    """A checked re-derivation: the new plan, where the device streams continue, and why."""
 
     plan: Seeding
     position: int
     why: str
 
 
-def _reseed_verdict(
-    documents: list[Mapping[str, Any]], mesh: DeviceMesh | None, why: str
+def _where_position(plan: Seeding, position: Any) -> int:
+    """The saved DTensor position, if the saved default generator was on the plan's stream."""
+    seed, offset = _checked_position(position)
+    return offset if seed == plan.rank_seed else 0
+
+
+def _plan_reseed(
+    saved: Seeding | None,
+    position: int,
+    mesh: DeviceMesh | None,
+    platform: Platform,
+    why: str,
 ) -> _Reseed:
-    """Check that ``documents`` (one per saved rank) allow a re-derivation, and plan it."""
-    plans = []
-    for document in documents:
-        plan = _checked_plan(document.get("plan"))
-        if plan is None:
-            raise CheckpointError(
-                f"cannot re-derive the streams ({why}): the saved state records no seed plan"
-            )
-        plans.append(plan)
-    first = plans[0]
-    for plan in plans[1:]:
-        if (plan.seed, plan.sharded_dims, plan.source) != (
-            first.seed,
-            first.sharded_dims,
-            first.source,
-        ):
-            raise CheckpointError(
-                f"cannot re-derive the streams ({why}): the saved ranks were seeded by "
-                f"different plans ({first.describe()}; {plan.describe()})"
-            )
-    if first.layout is not None and mesh is None:
+    """Plan the re-derivation of this rank's streams from the saved job's plan; change nothing.
+
+    The new plan is the saved one (seed, sharded dims) for ``mesh``, one
+    resume generation later; a single process without a mesh is every
+    sharded dim's coordinate 0.
+    """
+    if saved is None:
+        raise CheckpointError(
+            f"cannot re-derive the streams ({why}): the saved state records no seed plan"
+        )
+    _, world_size = _where()
+    if mesh is not None:
+        try:
+            plan = plan_for_mesh(saved.seed, mesh, saved.sharded_dims, platform.name, saved.source)
+        except HwrngError as error:
+            raise CheckpointError(f"cannot re-derive the streams ({why}): {error}") from None
+    elif saved.layout is not None and world_size > 1:
         raise CheckpointError(
             f"cannot re-derive the streams ({why}): the plan was made on a mesh, so "
             "pass the new one: on_mismatch='reseed', mesh=new_mesh"
         )
-    if first.layout is None and first.dims:
+    elif saved.layout is None and saved.dims:
         raise CheckpointError(
-            f"cannot re-derive the streams ({why}): the saved plan ({first.source}) was not "
+            f"cannot re-derive the streams ({why}): the saved plan ({saved.source}) was not "
             "made on a DeviceMesh; seed the new mesh yourself"
         )
-    position = 0
-    for document, plan in zip(documents, plans, strict=True):
-        seed, offset = _checked_position(document.get("position"))
-        if seed == plan.rank_seed:  # the default generator was on the plan's stream
-            position = max(position, offset)
-    return _Reseed(first, position, why)
+    else:  # one process: every coordinate is 0
+        plan = Seeding(saved.seed, (), platform.name, saved.source)
+    forked = sorted(name for name, t in live_trackers().items() if t.forked)
+    if forked:
+        raise CheckpointError(
+            f"cannot re-derive the streams ({why}) while trackers {forked} hold a forked state"
+        )
+    plan = dataclasses.replace(plan, generation=saved.generation + 1, named=saved.named)
+    return _Reseed(plan, position, why)
+
+
+def _reseed_verdict(
+    document: Mapping[str, Any], mesh: DeviceMesh | None, why: str, platform: Platform
+) -> _Reseed:
+    """Plan a re-derivation from one saved rank's state (a file of :func:`save`)."""
+    plan = _checked_plan(document.get("plan"))
+    position = 0 if plan is None else _where_position(plan, document.get("position"))
+    return _plan_reseed(plan, position, mesh, platform, why)
 
 
 def _carry_out_reseed(reseed: _Reseed, platform: Platform, mesh: DeviceMesh | None) -> None:
-    from hwrng._seeding import manual_seed
-
     plan = reseed.plan
-    manual_seed(plan.seed, mesh, sharded_dims=list(plan.sharded_dims), platform=platform)
-    if reseed.position:
-        generator = platform.generator()
-        with claim(generator):
-            seed, _ = platform.counter.peek(generator)
-            platform.position(generator, seed, reseed.position)
+    own = plan.rank_seed
+    host = host_generator()
+    devices = _device_generators(platform) or [host]
+    trackers = {name: t for name, t in live_trackers().items() if t.names}
+    with claim(host, *devices):
+        seed_streams(generation_seed(own, plan.generation), platform)
+        for generator in devices:  # the DTensor stream (and the devices) continue
+            platform.position(generator, own, reseed.position)
+        for tracker in trackers.values():
+            tracker.set_states(tracker.generation_states(plan.generation))
+        record_seeding(plan, mesh)
     warnings.warn(
         f"hwrng: the RNG state was not restored ({reseed.why}); every stream was re-derived "
         f"from the saved seed plan (seed {plan.seed}, sharded {list(plan.sharded_dims)}) for "
-        f"this mesh, and the default generator continues at the saved DTensor position "
-        f"(offset {reseed.position}). Named states were left as they are.",
+        f"this mesh as resume generation {plan.generation}: the device generators continue "
+        f"at the saved DTensor position (offset {reseed.position}); random, NumPy, "
+        f"{'' if devices == [host] else 'torch CPU, '}PYTHONHASHSEED and named states "
+        f"{sorted(trackers) or ''} start streams of their own, keyed by their seeds and the "
+        "generation, never one the saved job drew.",
         HwrngWarning,
         stacklevel=4,
     )
 
 
 def _verdict(
-    document: Mapping[str, Any],
+    document: object,
     on_mismatch: OnMismatch,
     mesh: DeviceMesh | None,
     platform: Platform,
@@ -533,7 +558,7 @@ def _verdict(
     if differences:
         why = "it was written with " + ", ".join(differences)
         if on_mismatch == "reseed":
-            return _reseed_verdict([checked], mesh, why)
+            return _reseed_verdict(checked, mesh, why, platform)
         raise CheckpointError(f"refusing to restore this RNG state: {why}")
     return _check_everything(checked, platform)
 
@@ -627,8 +652,11 @@ def save(path: str | os.PathLike[str], platform: Platform | str | None = None) -
         size limit, a path that is a directory), naming the path; the cause is
         chained.
     """
-    target = os.fspath(path)
-    blob = _to_bytes(state_dict(platform))
+    _write_atomically(os.fspath(path), _to_bytes(state_dict(platform)))
+
+
+def _write_atomically(target: str, blob: bytes) -> None:
+    """Write ``blob`` to a temporary file beside ``target`` and rename it over ``target``."""
     directory = os.path.dirname(os.path.abspath(target))
     temporary: str | None = None
     try:

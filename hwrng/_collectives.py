@@ -216,3 +216,30 @@ class Comm:
             collected.append((lowest, self.broadcast_text(text or "", lowest)))
             last = lowest
         return collected
+
+    def odd_ones(self, value: int, limit: int) -> tuple[list[int], int]:
+        """The group positions whose ``value`` differs from the one most ranks hold.
+
+        Returns the lowest ``limit`` of them and how many there are; every
+        position when no value is held by most ranks. Fixed-size collectives
+        only: up to four candidate values -- each the value of the lowest
+        rank holding none of the earlier ones -- are counted, and the one held
+        by most ranks is the reference if no value left uncounted could match it.
+        """
+        candidates: list[int] = []
+        counts: list[int] = []
+        while len(candidates) < 4:
+            mine = self.rank if value not in candidates else self.size
+            (lowest,) = self.max([], negated=[mine])
+            if lowest >= self.size:
+                break
+            (candidate,) = self.max([value if self.rank == lowest else 0])
+            (count,) = self.sum([int(value == candidate)])
+            candidates.append(candidate)
+            counts.append(count)
+        best = max(counts)
+        winners = [c for c, n in zip(candidates, counts, strict=True) if n == best]
+        unseen = self.size - sum(counts)
+        odd = not (len(winners) == 1 and best > unseen and value == winners[0])
+        (total,) = self.sum([int(odd)])
+        return self.first_ranks(odd, limit), total

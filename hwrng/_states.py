@@ -313,6 +313,25 @@ class RNGStatesTracker:
         self._refuse_seed_clash(seeds)
         return checked, seeds
 
+    def generation_states(self, generation: int) -> dict[str, torch.Tensor]:
+        """Every tracked state re-keyed for a resume generation, as :meth:`set_states` takes.
+
+        State ``name`` added with seed ``s`` becomes the start of the stream of
+        :func:`~hwrng._plan.generation_seed` ``(s, generation)``: a resume that
+        cannot restore a state re-derives one that never repeats its draws,
+        while states that shared a seed still share one. Nothing changes.
+        """
+        from hwrng._plan import generation_seed
+
+        generator = self._generator()
+        with claim(generator):
+            return {
+                name: self.platform.state_tensor(
+                    self.platform.detached_state(generator, generation_seed(seed, generation))
+                )
+                for name, seed in self._seeds.items()
+            }
+
     def reset(self) -> None:
         """Forget every tracked state.
 

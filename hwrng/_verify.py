@@ -698,29 +698,8 @@ def _setup_failed(whole: Comm, failure: str | None, topology: Topology) -> Verif
 def _name_minority(
     whole: Comm, value: int, what: str, topology: Topology
 ) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """Name the ranks whose ``value`` differs from the one most ranks hold (all, with no majority).
-
-    Fixed-size collectives only: up to four candidate values (each the value of
-    the lowest rank holding none of the earlier ones) are counted; the one held
-    by most ranks is the reference if no value left uncounted could match it.
-    """
-    candidates: list[int] = []
-    counts: list[int] = []
-    while len(candidates) < 4:
-        (lowest,) = whole.max([], negated=[whole.rank if value not in candidates else whole.size])
-        if lowest >= whole.size:
-            break
-        (candidate,) = whole.max([value if whole.rank == lowest else 0])
-        (count,) = whole.sum([int(value == candidate)])
-        candidates.append(candidate)
-        counts.append(count)
-    unseen = whole.size - sum(counts)
-    best = max(counts)
-    winners = [c for c, n in zip(candidates, counts, strict=True) if n == best]
-    reference = winners[0] if len(winners) == 1 and best > unseen else None
-    odd = value != reference
-    (total,) = whole.sum([int(odd)])
-    positions = whole.first_ranks(odd, SHOWN)
+    """Name the ranks whose ``value`` differs from what most hold (every rank, if none do)."""
+    positions, total = whole.odd_ones(value, SHOWN)
     ranks = tuple(whole.global_rank(p) for p in positions)
     named = ", ".join(topology.name(r) for r in ranks)
     more = f" and {total - len(ranks)} more" if total > len(ranks) else ""

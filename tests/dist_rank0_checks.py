@@ -13,9 +13,9 @@ from dist_resume_checks import _fingerprint, _mesh, _move_everything, _outcome
 import hwrng
 
 
-def _save_on_rank_0(path: str) -> tuple[Any, ...]:
+def _save_on_rank_0(path: str, files: str | None) -> tuple[Any, ...]:
     """Every rank gives its state (a collective); rank 0 writes; what each rank expects back."""
-    saved = hwrng.RNGState().state_dict()
+    saved = hwrng.RNGState(directory=files).state_dict()
     expected = _fingerprint()
     if dist.get_rank() == 0:
         torch.save(saved, path)
@@ -23,34 +23,42 @@ def _save_on_rank_0(path: str) -> tuple[Any, ...]:
     return expected
 
 
-def round_trip(directory: str) -> tuple[str, Any]:
-    """Save, move, load on every rank with check() then its restore: what happened here."""
+def round_trip(directory: str) -> tuple[str, Any, list[str], list[str]]:
+    """Save, move, load on every rank with check() then its restore: what happened here,
+    and what rank 0's file and the per-rank directory hold."""
     path = os.path.join(directory, "rank0.ckpt")
+    files = os.path.join(directory, "rank0.ckpt.hwrng")
+    if dist.get_rank() == 0:
+        os.makedirs(files)
+    dist.barrier()
     hwrng.manual_seed(31, _mesh(), sharded_dims=["tp"], platform="cpu")
     _move_everything()
-    expected = _save_on_rank_0(path)
+    expected = _save_on_rank_0(path, files)
     _move_everything()
     moved = _fingerprint()
-    restore = hwrng.RNGState().check(torch.load(path, weights_only=True))
+    loaded = torch.load(path, weights_only=True)
+    restore = hwrng.RNGState(directory=files).check(loaded)
     unchanged = _fingerprint() == moved
     restore()
     restored = _fingerprint() == expected
-    return f"check {'changed nothing' if unchanged else 'CHANGED'}; " + (
+    outcome = f"check {'changed nothing' if unchanged else 'CHANGED'}; " + (
         "restored" if restored else "WRONG STREAMS"
-    ), expected[0]
+    )
+    return outcome, expected[0], sorted(loaded), sorted(os.listdir(files))
 
 
 def one_rank_refuses(directory: str, how: str) -> str:
     """Rank 1 holds a named state the checkpoint lacks: every rank refuses, nothing changes."""
     path = os.path.join(directory, "rank0.ckpt")
+    files = directory
     hwrng.manual_seed(37, _mesh(), sharded_dims=["tp"], platform="cpu")
-    expected = _save_on_rank_0(path)
+    expected = _save_on_rank_0(path, files)
     _move_everything()
     tracker = hwrng.RNGStatesTracker("cpu", name=f"only-on-rank-1-{how}")
     if dist.get_rank() == 1:
         tracker.add("extra", 99)
     loaded = torch.load(path, weights_only=True)
-    state = hwrng.RNGState()
+    state = hwrng.RNGState(directory=files)
 
     def load() -> None:
         if how == "check":  # the verdict now, the restore later (the Lightning callback)
@@ -60,3 +68,13 @@ def one_rank_refuses(directory: str, how: str) -> str:
             state.load_state_dict(loaded)
 
     return _outcome(load, expected)
+
+
+def without_a_directory(directory: str) -> str:
+    """Rank 0 alone writes, and no directory was given: rank 1 finds no entry, all refuse."""
+    path = os.path.join(directory, "rank0.ckpt")
+    hwrng.manual_seed(41, _mesh(), sharded_dims=["tp"], platform="cpu")
+    expected = _save_on_rank_0(path, None)
+    _move_everything()
+    loaded = torch.load(path, weights_only=True)
+    return _outcome(lambda: hwrng.RNGState().load_state_dict(loaded), expected)

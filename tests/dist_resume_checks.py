@@ -229,11 +229,14 @@ def planner_option(directory: str, option: str) -> str:
         dcp.async_save(state, checkpoint_id=path).result()
     elif option == "no entry, allow_partial_load":
         dcp.save({"model": model}, checkpoint_id=path)
+    elif option == "layout 1, RNGLoadPlanner":  # what an earlier hwrng wrote: one key
+        dcp.save({"model": model, "rng": {"ranks": b"every rank's state"}}, checkpoint_id=path)
     else:
         dcp.save(state, checkpoint_id=path)
     expected = _fingerprint()
     _move_everything()
-    planner = DefaultLoadPlanner(
+    kind = hwrng.RNGLoadPlanner if "RNGLoadPlanner" in option else DefaultLoadPlanner
+    planner = kind(
         flatten_state_dict=option != "flatten_state_dict=False",
         allow_partial_load="allow_partial_load" in option,
     )
@@ -277,17 +280,41 @@ def load_on_another_world(directory: str, name: str, on_mismatch: str, position:
     _move_everything()
     state = {"rng": hwrng.RNGState(on_mismatch=on_mismatch, mesh=mesh)}  # type: ignore[arg-type]
     path = os.path.join(directory, name)
+    planner = hwrng.RNGLoadPlanner()  # new ranks have no key of their own in the checkpoint
     if on_mismatch == "error":
-        return _outcome(lambda: dcp.load(state, checkpoint_id=path), ())
+        return _outcome(lambda: dcp.load(state, checkpoint_id=path, planner=planner), ())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        dcp.load(state, checkpoint_id=path)
+        dcp.load(state, checkpoint_id=path, planner=planner)
     got = _fingerprint()
-    # the oracle: the saved plan on this mesh, the default generator at the saved position
+    # the oracles: the saved job's streams from their start (drawn before the save), and the
+    # default generator on the plan's stream at the saved position (where DTensor ops continue)
     seed = hwrng.manual_seed(9, mesh, sharded_dims=["tp"], platform="cpu")
+    start = _fingerprint()
     hwrng.get_platform("cpu").set_seed_offset(torch.default_generator, seed, position)
+    continued = _fingerprint()
     warned = [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]
-    return got == _fingerprint(), got[0], warned
+    ok = (
+        got[0][0] == continued[0][0]  # torch continues ...
+        and got[0][1] != start[0][1]  # ... random and NumPy start streams of their own
+        and got[0][2] != start[0][2]
+        and got[2]["generation"] == 1
+    )
+    return ok, got[0], warned
+
+
+def grown_without_the_planner(directory: str, name: str) -> str:
+    """DCP's default planner stops a grown world's load at the first missing key, everywhere."""
+    import torch.distributed.checkpoint as dcp
+
+    mesh = _mesh()
+    hwrng.manual_seed(4321, mesh, sharded_dims=["tp"], platform="cpu")
+    state = {"rng": hwrng.RNGState(on_mismatch="reseed", mesh=mesh)}
+    try:
+        dcp.load(state, checkpoint_id=os.path.join(directory, name))
+    except BaseException as error:  # DCP's CheckpointException is not an Exception
+        return f"{type(error).__name__}: {'Missing key' in str(error)}"
+    return "loaded"
 
 
 def _invariant_ops(mesh: Any) -> list[list[Any]]:
@@ -332,7 +359,11 @@ def elastic_resume(directory: str, name: str) -> tuple[list[Any], list[str]]:
         state = {"rng": hwrng.RNGState(on_mismatch="reseed", mesh=mesh)}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            dcp.load(state, checkpoint_id=os.path.join(directory, name))
+            dcp.load(
+                state,
+                checkpoint_id=os.path.join(directory, name),
+                planner=hwrng.RNGLoadPlanner(),
+            )
         warned = [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]
         return _invariant_ops(mesh), warned
     finally:
@@ -353,3 +384,18 @@ def save_with_one_rank_in_a_fork(directory: str) -> str:
         except hwrng.CheckpointError as error:
             return str(error)
     return "saved"
+
+
+def a_missing_model_key_under_the_planner(directory: str) -> str:
+    """RNGLoadPlanner leaves out hwrng's missing keys only: a missing model key still fails."""
+    import torch.distributed.checkpoint as dcp
+
+    path = os.path.join(directory, "model-key")
+    hwrng.manual_seed(17, _mesh(), sharded_dims=["tp"], platform="cpu")
+    dcp.save({"model": {"weight": torch.arange(4.0)}, "rng": hwrng.RNGState()}, checkpoint_id=path)
+    loaded = {"model": {"weight": torch.zeros(4), "bias": torch.zeros(1)}, "rng": hwrng.RNGState()}
+    try:
+        dcp.load(loaded, checkpoint_id=path, planner=hwrng.RNGLoadPlanner())
+    except BaseException as error:  # DCP's CheckpointException is not an Exception
+        return f"{type(error).__name__}: {'model.bias' in str(error)}"
+    return "loaded"

@@ -65,7 +65,7 @@ def test_round_trip_through_torch_save_is_exact(tracker: hwrng.RNGStatesTracker)
 
 def test_the_document_says_what_wrote_it(tracker: hwrng.RNGStatesTracker) -> None:
     document = _seeded(tracker)
-    assert document["format"] == 2
+    assert document["format"] == 3
     assert document["written_by"]["backend"] == "cpu"
     assert document["written_by"]["rank"] == 0 and document["written_by"]["world_size"] == 1
     assert document["trackers"]["checkpoint-test"].keys() == {"model-parallel-rng"}
@@ -91,7 +91,7 @@ REFUSALS = {
     "another rank": (lambda d: _tamper(d, rank=1), "rank 1 \\(here 0\\)"),
     "another world size": (lambda d: _tamper(d, world_size=8), "world size 8 \\(here 1\\)"),
     "another device count": (lambda d: _tamper(d, device_count=2), "device count 2"),
-    "an unknown format": (lambda d: {**d, "format": 3}, "format 3 is not one"),
+    "an unknown format": (lambda d: {**d, "format": 2}, "format 2 is not one"),
     "a changed value": (_flip_a_byte, "does not match its digest"),
     "a missing field": (lambda d: {k: v for k, v in d.items() if k != "numpy"}, "digest|'numpy'"),
     "not a mapping": (lambda d: [d], "is a mapping"),
@@ -165,31 +165,63 @@ def test_reseed_is_explicit_and_warned(tracker: hwrng.RNGStatesTracker) -> None:
     assert _everything(tracker) == before
     saved_seed, saved_offset = document["position"]
     assert (saved_seed, saved_offset) == (11, 4)  # torch.rand(7) after the seeding
+    # what the saved job drew from the start: every stream at the beginning of its seed
     hwrng.manual_seed(11, platform="cpu")
-    # what the plan gives: random and NumPy from the start, torch CPU (the default
-    # generator, which DTensor ops draw from) at the saved position
-    hwrng.get_platform("cpu").set_seed_offset(torch.default_generator, 11, saved_offset)
-    from_the_plan = _everything(tracker)[0]
+    tracker.reset()
+    tracker.add("model-parallel-rng", 2729)
+    from_the_start = _everything(tracker)
     torch.rand(3), random.random(), np.random.rand()
     with pytest.warns(hwrng.HwrngWarning, match="re-derived from the saved seed plan"):
         hwrng.load_state_dict(grown, on_mismatch="reseed")
-    assert _everything(tracker)[0] == from_the_plan
+    reseeded = _everything(tracker)
+    plan = hwrng.current_seeding()
+    assert plan is not None and plan.generation == 1 and plan.seed == 11
+    # the default generator (DTensor ops draw from it) continues at the saved position ...
+    with hwrng.isolate_rng(platform="cpu"):
+        hwrng.get_platform("cpu").set_seed_offset(torch.default_generator, 11, saved_offset)
+        continued = torch.rand(4).tolist()
+    assert reseeded[0][0] == continued
+    # ... while random, NumPy and the named state replay nothing the saved job drew
+    assert reseeded[0][1] != from_the_start[0][1] and reseeded[0][1] != before[0][1]
+    assert reseeded[0][2] != from_the_start[0][2] and reseeded[0][2] != before[0][2]
+    assert reseeded[1] != from_the_start[1] and reseeded[1] != before[1]
+    # the same on any process that re-derives the same generation (set up as at the start)
+    torch.rand(3), random.random(), np.random.rand()
+    tracker.reset()
+    tracker.add("model-parallel-rng", 2729)
+    with pytest.warns(hwrng.HwrngWarning):
+        hwrng.load_state_dict(grown, on_mismatch="reseed")
+    assert _everything(tracker)[:2] == reseeded[:2]
     with pytest.raises(hwrng.CheckpointError, match="'error' or 'reseed'"):
         hwrng.load_state_dict(document, on_mismatch="ignore")  # type: ignore[arg-type]
 
 
-def test_rng_state_is_one_key_whatever_the_process_did(tracker: hwrng.RNGStatesTracker) -> None:
+def test_a_second_reseed_starts_a_new_generation(tracker: hwrng.RNGStatesTracker) -> None:
+    document = _seeded(tracker)
+    with pytest.warns(hwrng.HwrngWarning, match="resume generation 1"):
+        hwrng.load_state_dict(_tamper(document, world_size=8, rank=5), on_mismatch="reseed")
+    first = _everything(tracker)
+    again = hwrng.state_dict()
+    assert again["plan"]["generation"] == 1
+    with pytest.warns(hwrng.HwrngWarning, match="resume generation 2"):
+        hwrng.load_state_dict(_tamper(again, world_size=4, rank=3), on_mismatch="reseed")
+    assert _everything(tracker)[0][1:] != first[0][1:]
+
+
+def test_rng_state_is_a_shared_key_and_one_of_its_own(tracker: hwrng.RNGStatesTracker) -> None:
     _seeded(tracker)
     state = hwrng.RNGState()
     saved = state.state_dict()
-    assert set(saved) == {"ranks"} and isinstance(saved["ranks"], bytes)
-    entry = torch.load(io.BytesIO(saved["ranks"]), weights_only=True)
-    assert entry["world_size"] == 1 and len(entry["ranks"]) == 1
+    assert set(saved) == {"job", "rank_0"} and all(isinstance(v, bytes) for v in saved.values())
+    job = torch.load(io.BytesIO(saved["job"]), weights_only=True)
+    assert job["format"] == 2 and job["world_size"] == 1 and job["plan"]["seed"] == 11
+    own = torch.load(io.BytesIO(saved["rank_0"]), weights_only=True)
+    assert own["nonce"] == job["nonce"] and own["state"]["written_by"]["rank"] == 0
     expected = _everything(tracker)
     torch.rand(4)
     fresh = hwrng.RNGState()
     template = fresh.state_dict()  # what DCP loads into
-    assert set(template) == {"ranks"} and isinstance(template["ranks"], bytes)
+    assert set(template) == {"job", "rank_0"}
     fresh.load_state_dict(saved)
     assert _everything(tracker) == expected
     torch.rand(4)
@@ -205,13 +237,25 @@ def test_an_entry_dcp_did_not_fill_is_refused(tracker: hwrng.RNGStatesTracker) -
     template = state.state_dict()
     torch.rand(4)
     before = _everything(tracker)
-    for unfilled in (template, {}, {"ranks": None}):
+    for unfilled in (template, {}, {"job": None}, {"job": template["job"]}):
         with pytest.raises(hwrng.CheckpointError, match="DCP did not fill"):
             state.load_state_dict(unfilled)
     with pytest.raises(hwrng.CheckpointError, match="truncated or corrupt"):
-        state.load_state_dict({"ranks": template["ranks"][:100]})
+        state.load_state_dict({"job": template["job"][:100]})
     with pytest.raises(hwrng.CheckpointError, match="not the bytes"):
-        state.load_state_dict({"ranks": {"rank_0": template["ranks"]}})
+        state.load_state_dict({"job": {"rank_0": template["job"]}})
+    with pytest.raises(hwrng.CheckpointError, match="layout 1"):
+        state.load_state_dict({"ranks": template["rank_0"]})
+    assert _everything(tracker) == before
+
+
+def test_an_entry_of_another_save_is_refused(tracker: hwrng.RNGStatesTracker) -> None:
+    _seeded(tracker)
+    first = hwrng.RNGState().state_dict()
+    second = hwrng.RNGState().state_dict()
+    before = _everything(tracker)
+    with pytest.raises(hwrng.CheckpointError, match="not written by the save"):
+        hwrng.RNGState().load_state_dict({"job": first["job"], "rank_0": second["rank_0"]})
     assert _everything(tracker) == before
 
 

@@ -1,9 +1,10 @@
 """hwrng.RNGState in a checkpoint that only rank 0 writes, as Lightning, Fabric and accelerate do.
 
-Every rank calls ``state_dict()``; rank 0's dict goes through ``torch.save``; every
-rank ``torch.load``-s the file and calls ``load_state_dict`` (or ``check`` now and the
-returned restore later, as the Lightning callback does). One process here, then 2
-gloo ranks: one verdict on every rank, and a refusal changes nothing anywhere.
+Every rank calls ``state_dict()`` and writes its own entry into ``directory``; rank 0's
+dict (the shared entry) goes through ``torch.save``; every rank ``torch.load``-s the file
+and calls ``load_state_dict`` (or ``check`` now and the returned restore later, as the
+Lightning callback does). One process here, then 2 gloo ranks: one verdict on every rank,
+and a refusal changes nothing anywhere.
 """
 
 from __future__ import annotations
@@ -49,71 +50,48 @@ def _written_by_rank_0(saved: dict[str, Any], path: Path) -> dict[str, Any]:
     return loaded
 
 
-def _entry(saved: dict[str, Any]) -> dict[str, Any]:
-    """The documented layout inside the one key: format, world_size, nonces, ranks."""
-    entry: dict[str, Any] = torch.load(io.BytesIO(saved["ranks"]), weights_only=True)
-    return entry
+def _job(saved: dict[str, Any]) -> dict[str, Any]:
+    """The documented shared entry: format, world_size, nonce, plan, position."""
+    job: dict[str, Any] = torch.load(io.BytesIO(saved["job"]), weights_only=True)
+    return job
 
 
-def _packed(entry: dict[str, Any]) -> dict[str, Any]:
+def _with_job(saved: dict[str, Any], **changes: Any) -> dict[str, Any]:
     buffer = io.BytesIO()
-    torch.save(entry, buffer)
-    return {"ranks": buffer.getvalue()}
-
-
-def test_rank_0s_dict_through_torch_save_restores_every_stream(tmp_path: Path) -> None:
-    hwrng.manual_seed(7, platform="cpu")
-    _move_everything()
-    state = hwrng.RNGState()
-    saved = state.state_dict()
-    expected = _fingerprint()
-    loaded = _written_by_rank_0(saved, tmp_path / "rank0.ckpt")
-    _move_everything()
-    state.load_state_dict(loaded)  # the object that saved it, as in the uninterrupted run
-    assert _fingerprint() == expected
-    _move_everything()
-    hwrng.RNGState().load_state_dict(loaded)  # a fresh one, as in fresh processes
-    assert _fingerprint() == expected
-
-
-def test_check_changes_nothing_and_its_restore_carries_out_the_verdict(tmp_path: Path) -> None:
-    hwrng.manual_seed(7, platform="cpu")
-    state = hwrng.RNGState()
-    loaded = _written_by_rank_0(state.state_dict(), tmp_path / "rank0.ckpt")
-    expected = _fingerprint()
-    _move_everything()
-    moved = _fingerprint()
-    restore = hwrng.RNGState().check(loaded)
-    assert _fingerprint() == moved
-    restore()
-    assert _fingerprint() == expected
+    torch.save({**_job(saved), **changes}, buffer)
+    return {**saved, "job": buffer.getvalue()}
 
 
 def _not_bytes(saved: dict[str, Any]) -> dict[str, Any]:
-    return {"ranks": [saved["ranks"]]}
+    return {**saved, "job": [saved["job"]]}
 
 
 def _truncated(saved: dict[str, Any]) -> dict[str, Any]:
-    return {"ranks": saved["ranks"][:50]}
+    return {**saved, "job": saved["job"][:50]}
 
 
 def _other_layout(saved: dict[str, Any]) -> dict[str, Any]:
-    return _packed({**_entry(saved), "format": 99})
+    return _with_job(saved, format=99)
 
 
 def _two_ranks(saved: dict[str, Any]) -> dict[str, Any]:
-    entry = _entry(saved)
-    return _packed(
-        {**entry, "world_size": 2, "ranks": entry["ranks"] * 2, "nonces": entry["nonces"] * 2}
-    )
+    return _with_job(saved, world_size=2)
 
 
 def _corrupt_rank_state(saved: dict[str, Any]) -> dict[str, Any]:
-    return _packed({**_entry(saved), "ranks": [b"not a state"]})
+    return {**saved, "rank_0": b"not a state"}
 
 
 def _no_entry(saved: dict[str, Any]) -> dict[str, Any]:
     return {}
+
+
+def _old_layout(saved: dict[str, Any]) -> dict[str, Any]:
+    return {"ranks": saved["rank_0"]}
+
+
+def _no_own_entry(saved: dict[str, Any]) -> dict[str, Any]:
+    return {"job": saved["job"]}
 
 
 @pytest.mark.parametrize(
@@ -123,8 +101,10 @@ def _no_entry(saved: dict[str, Any]) -> dict[str, Any]:
         (_truncated, "truncated or corrupt"),
         (_other_layout, "has layout 99"),
         (_two_ranks, r"written by 2 rank\(s\) \(here 1\)"),
-        (_corrupt_rank_state, "the RNG state of rank 0 is not a readable"),
+        (_corrupt_rank_state, "the RNG entry of rank 0 .* is not a readable"),
         (_no_entry, "did not fill"),
+        (_old_layout, "layout 1"),
+        (_no_own_entry, r"holds no RNG state for rank 0 \(no key 'rank_0'\)"),
     ],
 )
 @pytest.mark.parametrize("how", ["load_state_dict", "check"])
@@ -146,15 +126,19 @@ def test_a_bad_entry_is_refused_and_nothing_changes(
 
 def test_with_reseed_a_larger_checkpoint_is_re_derived_from_its_plan(tmp_path: Path) -> None:
     hwrng.manual_seed(7, platform="cpu")
+    torch.rand(3)  # the saved DTensor position: 4
     state = hwrng.RNGState(on_mismatch="reseed")
     loaded = _written_by_rank_0(_two_ranks(state.state_dict()), tmp_path / "two.ckpt")
     hwrng.manual_seed(7, platform="cpu")
-    from_the_plan = _fingerprint()[0]  # the oracle: the plan's streams from their start
+    hwrng.get_platform("cpu").set_seed_offset(torch.default_generator, 7, 4)
+    continued = _fingerprint()[0][0]  # the oracle: torch continues on the plan's stream at 4
     hwrng.manual_seed(8, platform="cpu")
     _move_everything()
     with pytest.warns(hwrng.HwrngWarning, match=r"written by 2 rank\(s\) \(here 1\)"):
         state.load_state_dict(loaded)
-    assert _fingerprint()[0] == from_the_plan
+    assert _fingerprint()[0][0] == continued
+    plan = hwrng.current_seeding()
+    assert plan is not None and (plan.seed, plan.generation) == (7, 1)
 
 
 def test_on_mismatch_is_checked() -> None:
@@ -172,8 +156,22 @@ def test_two_ranks_each_get_their_own_streams_back(
     pair: DistributedPool, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     results = pair.run(checks.round_trip, str(tmp_path_factory.mktemp("rank0")))
-    assert [outcome for outcome, _ in results] == ["check changed nothing; restored"] * 2
+    assert [outcome for outcome, _, _, _ in results] == ["check changed nothing; restored"] * 2
     assert results[0][1] != results[1][1]  # tp sharded: each rank its own streams
+    # rank 0's file holds only the shared entry; each rank's own is a file of its own
+    assert results[0][2] == ["job"]
+    assert results[0][3] == ["rank-0.pt", "rank-1.pt"]
+
+
+def test_without_a_directory_rank_1_finds_no_entry_and_every_rank_refuses(
+    pair: DistributedPool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outcomes = pair.run(checks.without_a_directory, str(tmp_path_factory.mktemp("nodir")))
+    assert outcomes[1].startswith(
+        "refused unchanged: refusing to restore the RNG state: the checkpoint holds no RNG "
+        "state for rank 1 (no key 'rank_1')"
+    ), outcomes
+    assert outcomes[0].startswith("refused unchanged: rank 1 refused"), outcomes
 
 
 @pytest.mark.parametrize("how", ["load_state_dict", "check"])

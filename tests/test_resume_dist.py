@@ -78,6 +78,11 @@ def test_dcp_resume_whatever_the_loading_process_did(
         ("async_save", "restored"),
         ("flatten_state_dict=False", "refused unchanged: DCP did not fill"),
         ("no entry, allow_partial_load", "refused unchanged: DCP did not fill"),
+        ("RNGLoadPlanner", "restored"),
+        (
+            "layout 1, RNGLoadPlanner",
+            "refused unchanged: the checkpoint holds hwrng's RNG entry in layout 1",
+        ),
     ],
 )
 def test_every_planner_option_works_exactly_or_is_refused_on_every_rank(
@@ -86,6 +91,15 @@ def test_every_planner_option_works_exactly_or_is_refused_on_every_rank(
     directory = tmp_path_factory.mktemp("options")
     outcomes = fresh.run(checks.planner_option, str(directory), option)
     assert all(outcome.startswith(expected) for outcome in outcomes), outcomes
+
+
+def test_the_planner_leaves_out_only_hwrngs_missing_keys(
+    fresh: DistributedPool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outcomes = fresh.run(
+        checks.a_missing_model_key_under_the_planner, str(tmp_path_factory.mktemp("m"))
+    )
+    assert outcomes == ["CheckpointException: True"] * 4, outcomes
 
 
 def test_when_one_rank_refuses_no_rank_restores(
@@ -117,6 +131,9 @@ def test_another_world_size_is_refused_everywhere_or_reseeded_everywhere(
     assert all(len(warned) == 1 and message in warned[0] for _, _, warned in reseeded)
     draws = [tuple(map(str, d)) for _, d, _ in reseeded]  # tp sharded, dp replicated
     assert draws[0] != draws[1] and draws[-2:] == draws[:2]
+    if direction == "2 -> 4":  # the default planner stops at the new ranks' missing keys
+        stopped = loader.run(checks.grown_without_the_planner, directory, "world")
+        assert stopped == ["CheckpointException: True"] * 4, stopped
 
 
 @pytest.mark.parametrize("direction", ["4 -> 2", "2 -> 4"])

@@ -1,4 +1,4 @@
-"""``RNGLoadPlanner``: DCP's default load planner, letting :class:`hwrng.RNGState` see what is missing.
+"""``RNGLoadPlanner``: DCP's default load planner, letting ``RNGState`` see what is missing.
 
 A rank that a grown world added has no ``rank_<r>`` key in the checkpoint, and
 DCP's default planner stops the whole load at the first missing key. This
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch.distributed.checkpoint import DefaultLoadPlanner
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
 from hwrng._dcp import JOB_KEY, OLD_LAYOUT_KEY, owner_of
 

@@ -124,10 +124,10 @@ class StreamVerdict:
 #: where something had nothing to compare; otherwise it states its expectation.
 _COMPARED = {
     (_BOTH_WAYS, False, False): "nothing to compare (a single rank)",
-    (_BOTH_WAYS, False, True): "shards differ (no replicas to compare)",
-    (_BOTH_WAYS, True, False): "replicas agree (no shards to compare: every rank shares one seed)",
-    (_SHARDS_DIFFER, False, False): "no shards to compare (every rank shares one seed)",
-    (_SHARDS_DIFFER, True, False): "no shards to compare (every rank shares one seed)",
+    (_BOTH_WAYS, False, True): "shards differ (no replicas in this mesh)",
+    (_BOTH_WAYS, True, False): "replicas agree (no shards: every rank shares one seed)",
+    (_SHARDS_DIFFER, False, False): "nothing to compare (no shards: every rank shares one seed)",
+    (_SHARDS_DIFFER, True, False): "nothing to compare (no shards: every rank shares one seed)",
     (_DTENSOR, False, False): "nothing to compare (no two ranks ran DTensor ops on one mesh)",
     (_DTENSOR, False, True): "meshes differ (no two ranks ran DTensor ops on one mesh)",
 }

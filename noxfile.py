@@ -111,7 +111,15 @@ DOCS_TORCH = "torch==2.13.0+cpu"
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """The documentation site, built strictly: broken links, anchors or references fail."""
-    session.install(DOCS_TORCH, "-e", ".[docs]")
+    """The documentation site, built strictly: broken links, anchors or references fail.
+
+    Then ``tests/test_docs_build.py`` reads the built site: every default the API
+    reference shows against the code, every link against the files (the site must
+    work opened from disk). The trainers are not installed here: their pages are
+    checked against the source.
+    """
+    session.install(DOCS_TORCH, "-e", ".[docs,test]")
     session.env.pop("PYTHONPATH", None)
     session.run("mkdocs", "build", "--strict", "--site-dir", "site")
+    tests = session.posargs or ("tests/test_docs_build.py",)
+    session.run("python", "-m", "pytest", "-q", *tests, env={"HWRNG_DOCS_SITE": "site"})

@@ -8,7 +8,8 @@ mesh or device count, an unknown format, or one whose content no longer matches
 its digest, or one holding an impossible value. ``on_mismatch="reseed"`` is
 the explicit way across a change of world size: every stream is re-derived
 from the saved seed plan for the new mesh, the default generator continues at
-the saved DTensor position, and a warning says so. :func:`save` is atomic.
+the saved DTensor position, and a warning says so. :func:`save` is atomic,
+and replaces only a regular file.
 :class:`hwrng.RNGState` (in ``_dcp``) carries all ranks' states through DCP.
 
 What is saved, per rank (format 3)::
@@ -36,6 +37,7 @@ import hashlib
 import io
 import os
 import random
+import stat
 import tempfile
 import threading
 import warnings
@@ -638,37 +640,105 @@ def _file_mode() -> int:
     return 0o666 & ~mask
 
 
+#: What :func:`save` calls each kind of file it refuses to replace, by ``stat`` test.
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link that does not resolve (a loop)"),
+)
+
+
+def _destination(target: str) -> str:
+    """The regular file (existing or not) that saving to ``target`` replaces; else refuse.
+
+    ``target``'s symbolic links are followed to the end: the file to replace is
+    the one the last link names, so that the links survive the rename.
+    """
+    resolved = os.path.realpath(target)
+    via = "" if resolved == os.path.abspath(target) else f" (which resolves to {resolved!r})"
+    if target.endswith(("/", os.sep)):
+        kind = "a directory (the path ends with a separator)"
+    else:
+        try:
+            mode = os.lstat(resolved).st_mode
+        except FileNotFoundError:
+            return resolved  # created by the rename (a missing directory fails there)
+        except OSError as error:
+            raise CheckpointError(
+                f"cannot save the RNG state to {target!r}{via}: {type(error).__name__}: {error}"
+            ) from error
+        if stat.S_ISREG(mode):
+            return resolved
+        kind = next((name for test, name in _NOT_REGULAR if test(mode)), "a special file")
+    raise CheckpointError(
+        f"cannot save the RNG state to {target!r}{via}: it is {kind}, not a regular file; "
+        "it was left as it is and nothing was written"
+    )
+
+
 def save(path: str | os.PathLike[str], platform: Platform | str | None = None) -> None:
     """``torch.save`` this rank's :func:`state_dict` to ``path`` (one file per rank), atomically.
 
-    The state is written to a temporary file in ``path``'s directory and renamed
-    over ``path`` only once complete: a failed save leaves the previous file as
+    The state is written to a temporary file in the same directory and renamed
+    over the file only once complete: a failed save leaves the previous file as
     it was (and no temporary file).
+
+    Only a regular file is ever replaced. ``path`` may name a regular file or
+    nothing yet (the file is created); a symbolic link is followed, through
+    every link, to the file the last one names, and that file is replaced or
+    created under the same rule, so the links stay as they are (a dangling
+    link gets the file it names, as :func:`open` would create it). Anything
+    else -- a directory, a character or block device, a FIFO, a socket, a
+    link loop -- is refused before anything is written, and is neither
+    replaced nor written into.
+
+    The check is made before the state is written and again just before the
+    rename, but the two are separate steps: a process that puts something
+    other than a regular file at the path in between (or re-points a link)
+    can still have it replaced: save into a directory only you can write to,
+    above all as root.
 
     Raises
     ------
     CheckpointError
-        If the file cannot be written (a missing directory, a full disk, a file
-        size limit, a path that is a directory), naming the path; the cause is
-        chained.
+        If ``path`` is not a regular file (or a link to one, or nothing yet),
+        saying what it is; or if the file cannot be written (a missing
+        directory, a full disk, a file size limit), naming the path, with the
+        cause chained.
     """
-    _write_atomically(os.fspath(path), _to_bytes(state_dict(platform)))
+    target = os.fspath(path)
+    _destination(target)  # refuse what is not a regular file before serialising anything
+    _write_atomically(target, _to_bytes(state_dict(platform)))
 
 
 def _write_atomically(target: str, blob: bytes) -> None:
-    """Write ``blob`` to a temporary file beside ``target`` and rename it over ``target``."""
-    directory = os.path.dirname(os.path.abspath(target))
+    """Write ``blob`` beside the file ``target`` resolves to, and rename it over that file.
+
+    The rules of :func:`save`: only a regular file (or nothing yet) is replaced,
+    links are followed and survive.
+    """
+    destination = _destination(target)
     temporary: str | None = None
     try:
         descriptor, temporary = tempfile.mkstemp(
-            prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory
+            prefix=f".{os.path.basename(destination)}.",
+            suffix=".tmp",
+            dir=os.path.dirname(destination),
         )
         with os.fdopen(descriptor, "wb") as file:
             os.fchmod(file.fileno(), _file_mode())
             file.write(blob)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temporary, target)
+        if _destination(target) != destination:
+            raise CheckpointError(
+                f"cannot save the RNG state to {target!r}: a symbolic link on the path was "
+                f"changed while saving (it resolved to {destination!r}); nothing was replaced"
+            )
+        os.replace(temporary, destination)
         temporary = None
     except (OSError, RuntimeError) as error:
         raise CheckpointError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -188,3 +189,76 @@ def test_errors_that_used_to_escape(
     huge = ["plan", "--mesh", "a=4294967296,b=4294967296", "--limit", "2", "--seed", "1"]
     assert cli_main(huge) == 0
     assert "18446744073709551614 more ranks" in capsys.readouterr().out
+
+
+def test_a_reader_that_leaves_after_one_line_ends_plan_quietly() -> None:
+    # 65,536 rows (1.5 MB): far more than a pipe holds, so the reader leaves mid-output
+    command = ["plan", "--mesh", "dp=256,tp=256", "--sharded", "dp,tp", "--seed", "1"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "hwrng", *command, "--limit", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        first = process.stdout.readline()
+        process.stdout.close()
+        errors = process.stderr.read().decode()
+        status = process.wait(timeout=120)
+    assert first.startswith(b"seed 1, mesh dp=256 x tp=256 (65536 ranks)")
+    assert errors == "", errors  # no traceback, no "Exception ignored ... BrokenPipeError"
+    assert status == 141
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["backends"],
+        ["backends", "--json"],
+        ["plan", "--mesh", "dp=2,tp=2", "--seed", "1"],
+        ["plan", "--mesh", "dp=2,tp=2", "--seed", "1", "--json"],
+        ["--help"],
+        ["plan", "--help"],
+        ["--version"],
+    ],
+)
+def test_every_command_stops_quietly_when_stdout_is_a_closed_pipe(arguments: list[str]) -> None:
+    # the reader is gone before the command starts: its first write fails, however short
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "hwrng", *arguments],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+    assert result.stderr == "", result.stderr
+    assert result.returncode == 141
+
+
+_FAILING_PIPE = """
+import sys
+import hwrng._cli as cli
+
+def backends(args):
+    raise BrokenPipeError(32, "Broken pipe (a pipe to a rank, not stdout)")
+
+cli._cmd_backends = backends
+sys.exit(cli.main(["backends"]))
+"""
+
+
+def test_a_broken_pipe_other_than_stdout_is_not_hidden() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _FAILING_PIPE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "BrokenPipeError: [Errno 32] Broken pipe (a pipe to a rank" in result.stderr

@@ -1,8 +1,9 @@
 """The docs site is whole: every page in the nav, every public name in the API reference.
 
 The strict build itself (``mkdocs build --strict``: broken links, missing
-anchors, unresolved cross-references) runs in ``nox -s docs``; these checks
-need no docs tools, so they run with the test suite.
+anchors, unresolved cross-references) runs in ``nox -s docs``, and
+``tests/test_docs_build.py`` then reads the built site; these checks need no
+docs tools, so they run with the test suite.
 """
 
 from __future__ import annotations

@@ -14,13 +14,14 @@ import argparse
 import json
 import math
 import os
+import select
 import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from hwrng._cli._table import format_table
 from hwrng._exceptions import HwrngError, MeshError
@@ -30,6 +31,9 @@ from hwrng._platform import Platform
 from hwrng._registry import Registry, default_registry, get_platform
 from hwrng._version import __version__
 from hwrng.testing import WorkerError
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["build_parser", "main"]
 
@@ -184,6 +188,14 @@ class _Parser(argparse.ArgumentParser):
         line = f"{self.prog}: error: {message}"
         print(line, file=sys.stderr)
         raise _UsageExit(line)
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse ignores a failed write; on stdout it must raise, so that --help and
+        # --version into a closed pipe end as every command does (see main)
+        if message and file is sys.stdout:
+            file.write(message)
+        else:
+            super()._print_message(message, file)
 
 
 def _status_document(status: int, error: str) -> str:
@@ -400,8 +412,63 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+#: The exit status when the reader of stdout left early (``hwrng plan ... | head``):
+#: 128 + SIGPIPE, what a shell reports for a command that SIGPIPE ended (``seq 1e6 | head``).
+EXIT_BROKEN_PIPE = 141
+
+
+def _stdout_reader_left() -> bool:
+    """Whether stdout is a pipe (or socket) whose reading end is closed.
+
+    Tells a reader that left from a BrokenPipeError of something else (a pipe
+    to a rank, say), which must not pass silently. Where ``select.poll`` is
+    missing (Windows) the answer is False, and the error is raised as before.
+    """
+    try:
+        descriptor = sys.stdout.fileno()
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):
+        return False
+    poller.register(descriptor, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _discard_stdout() -> None:
+    """Point stdout's descriptor at the null device.
+
+    What is still buffered is then flushed there at exit, instead of raising
+    BrokenPipeError again as "Exception ignored" on stderr.
+    """
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    finally:
+        os.close(null)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``hwrng`` command line and return its exit status."""
+    """Run the ``hwrng`` command line and return its exit status.
+
+    Every command stops quietly, with status :data:`EXIT_BROKEN_PIPE` (141),
+    when the reader of its output leaves early (``hwrng plan ... | head``).
+    """
+    try:
+        try:
+            status = _run(argv)
+        except SystemExit:  # --help, --version, a refused argument: what they printed too
+            sys.stdout.flush()
+            raise
+        # a reader that left shows here, not in the interpreter's flush at exit
+        sys.stdout.flush()
+    except BrokenPipeError:
+        if not _stdout_reader_left():
+            raise
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+    return status
+
+
+def _run(argv: Sequence[str] | None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     json_check = arguments[:1] == ["check"] and "--json" in arguments
     parser = build_parser()

@@ -112,8 +112,24 @@ def test_check_passes_and_reports_every_verdict() -> None:
         line = next(line for line in out.splitlines() if check in line)
         assert " PASS " in line, line
     assert "FAIL" not in out
+    # dp=1: no two ranks are replicas, and the report says so instead of "replicas agree"
+    for stream in ("torch.cpu", "random", "numpy"):
+        line = next(line for line in out.splitlines() if line.startswith(stream))
+        assert line.split(None, 2)[2] == "shards differ (no replicas in this mesh)", line
+    assert "replicas agree" not in out.split("STREAM")[1].split("dtensor")[0]
     assert re.match(r"hwrng check: PASSED \(14 checks\) in \d", out.rstrip().splitlines()[-1])
     assert "starting 4 rank(s)" in result.stderr and "ready in" in result.stderr
+
+
+def test_check_without_sharded_dims_claims_no_shards() -> None:
+    result = _check("--nproc", "4", "--mesh", "dp=2,tp=2", "--sharded", "", "--json")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    document = json.loads(result.stdout)
+    streams = {v["what"]: v["detail"] for v in document["streams"]}
+    for stream in ("torch.cpu", "random", "numpy"):
+        assert streams[stream] == "replicas agree (no shards: every rank shares one seed)"
+    assert streams["state:hwrng-check/model-parallel-rng"].startswith("nothing to compare")
+    assert [s["seed"] for s in document["seeds"]] == [123] * 4
 
 
 def test_check_json(tmp_path: Path) -> None:
@@ -137,7 +153,7 @@ def test_a_backend_that_cannot_position_its_generator_fails(
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     failing = [line for line in result.stdout.splitlines() if " FAIL " in line]
     assert any(line.startswith("normal_ on (16, 3), Shard(0) on tp") for line in failing)
-    assert "should differ but drew alike" in result.stdout
+    assert "shards draw alike" in result.stdout
     verdict = result.stdout.rstrip().splitlines()[-1]
     assert re.match(r"hwrng check: FAILED \(\d+ of 14 checks\) in \d", verdict), verdict
 

@@ -4,10 +4,13 @@ Every rank seeds with :func:`hwrng.manual_seed`, installs the DTensor adapter,
 runs DTensor random ops on replicated, sharded, uneven and doubly-sharded
 tensors, initialises a small tensor-parallel model (``ColwiseParallel`` /
 ``RowwiseParallel`` with biases) and runs its dropout, draws local dropout in a
-named state, and calls :func:`hwrng.verify`. It returns a digest of what it
-drew; :func:`judge` compares the ranks' digests against what the plan says
-(replicas equal, shards distinct, pipeline stages distinct) and
-:func:`format_report` prints the verdicts.
+named state, and calls :func:`hwrng.verify`. Then the ranks judge what they
+drew together, against what the plan says (replicas equal, shards distinct,
+pipeline stages distinct), with the rule and the collectives ``hwrng.verify``
+uses (``hwrng._judge``): along each mesh dim, so no rank gathers the others'
+results and the cost per rank does not grow with the world. Every rank ends
+with the same :class:`CheckReport`; :func:`format_report` prints it. The report
+claims only what was compared: a mesh without replicas says so.
 
 DTensors live on each pipeline stage's mesh (every dim but ``pp``), as in a
 pipeline-parallel job; the model on the tensor-parallel dim (``tp``, else the
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import datetime
 import enum
-import hashlib
 import math
 import sys
 import time
@@ -28,17 +30,20 @@ from typing import Any
 
 import torch
 
+from hwrng._agreement import Claim
 from hwrng._cli._machine import describe_device
 from hwrng._cli._table import format_table
+from hwrng._collectives import Comm, digest62
+from hwrng._judge import Judged, Topology, judge
 from hwrng._mesh import unravel_index
 from hwrng._plan import rank_seed
+from hwrng._sharding import ShardSpec
 
 __all__ = [
     "CheckReport",
     "Verdict",
     "default_mesh",
     "format_report",
-    "judge",
     "run_rank",
 ]
 
@@ -51,11 +56,6 @@ def default_mesh(nproc: int) -> dict[str, int]:
     tp = 2 if nproc % 2 == 0 else 1
     pp = 2 if (nproc // tp) % 2 == 0 else 1
     return {"dp": nproc // (tp * pp), "pp": pp, "tp": tp}
-
-
-def _digest(tensor: torch.Tensor) -> tuple[str, int]:
-    data = tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes()
-    return hashlib.blake2b(data, digest_size=8).hexdigest(), tensor.numel()
 
 
 def _op_dims(names: Sequence[str]) -> list[str]:
@@ -132,12 +132,32 @@ def _ops(mesh: Any, tp_dim: str) -> dict[str, tuple[Layout, Any]]:
     }
 
 
-def run_rank(
-    mesh_sizes: dict[str, int], sharded: list[str], seed: int, platform_name: str
-) -> dict[str, Any]:
-    """What each rank runs: seed, draw, verify; return digests (runs in every rank)."""
+#: ``hwrng check`` prints the seeds of at most this many ranks (every rank checks its own).
+SEED_ROWS = 64
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """What one rank drew, digested, before the ranks judge it together."""
+
+    seed: int
+    coordinate: dict[str, int]
+    ops: dict[str, tuple[Layout, int, int]]  # name -> (layout, digest, number of elements)
+    params: int
+    output: int
+    named_local: int
+    report: Any  # the VerifyReport, the same on every rank
+
+
+def _word(tensor: torch.Tensor) -> tuple[int, int]:
+    data = tensor.detach().to("cpu", torch.float64).contiguous().numpy()
+    return digest62(data), tensor.numel()
+
+
+def _draw(mesh: Any, platform: Any, seed: int, sharded: list[str]) -> _Drawn:
+    """Seed, draw and verify on this rank (every rank runs the same)."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -147,11 +167,7 @@ def run_rank(
     import hwrng
     from hwrng.dtensor import install, uninstall
 
-    platform = hwrng.get_platform(platform_name)
-    names = list(mesh_sizes)
-    mesh = init_device_mesh(
-        platform.device_type, tuple(mesh_sizes.values()), mesh_dim_names=tuple(names)
-    )
+    names = list(mesh.mesh_dim_names)
     coordinate = dict(zip(names, mesh.get_coordinate() or (), strict=True))
     my_seed = hwrng.manual_seed(seed, mesh, sharded_dims=sharded, platform=platform)
     op_mesh = mesh[tuple(_op_dims(names))] if len(names) > 1 else mesh
@@ -159,14 +175,11 @@ def run_rank(
     tp_mesh = mesh[tp_dim]
     tracker = hwrng.RNGStatesTracker(platform, name="hwrng-check")
     tracker.add("model-parallel-rng", (my_seed + 2718 * (1 + dist.get_rank())) % 2**64)
-    ops: dict[str, tuple[str, int]] = {}
-    layouts: dict[str, str] = {}
-    started = time.perf_counter()
+    ops: dict[str, tuple[Layout, int, int]] = {}
     install(platform)
     try:
         for name, (layout, make) in _ops(op_mesh, tp_dim).items():
-            ops[name] = _digest(make().to_local())
-            layouts[name] = layout.value
+            ops[name] = (layout, *_word(make().to_local()))
         model = torch.nn.Sequential(
             torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8), torch.nn.Dropout(0.5)
         ).to(platform.device())
@@ -178,36 +191,172 @@ def run_rank(
         for module in model:
             if isinstance(module, torch.nn.Linear):
                 module.reset_parameters()
-        from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
-
-        params = {
-            n: _digest(p.full_tensor() if isinstance(p, DTensor) else p)[0]
-            for n, p in model.named_parameters()
-        }
-
+        params = digest62(
+            *(
+                _word(p.full_tensor() if isinstance(p, DTensor) else p)[0].to_bytes(8, "little")
+                for _, p in model.named_parameters()
+            )
+        )
         x = distribute_tensor(torch.ones(2, 8, device=platform.device()), tp_mesh, [Replicate()])
-        output = _digest(model(x).full_tensor())[0]
+        output = _word(model(x).full_tensor())[0]
     finally:
         uninstall()
     with tracker.fork():
-        mask = torch.nn.functional.dropout(torch.ones(64, device=platform.device()))
-        local = _digest(mask)[0]
+        local = _word(torch.nn.functional.dropout(torch.ones(64, device=platform.device())))[0]
     report = hwrng.verify()
-    elapsed = time.perf_counter() - started
     del tracker
-    return {
-        "rank": dist.get_rank(),
-        "coordinate": coordinate,
-        "seed": my_seed,
-        "ops": ops,
-        "layouts": layouts,
-        "params": params,
-        "output": output,
-        "named_local": local,
-        "verify": [(v.stream, v.expectation, list(v.problems)) for v in report.streams],
-        "seconds": elapsed,
-        "device": f"{describe_device(platform)}, {platform.device()}",
-    }
+    return _Drawn(my_seed, coordinate, ops, params, output, local, report)
+
+
+def _shards(layout: Layout, mesh: dict[str, int], op_dims: list[str], tp_dim: str) -> int:
+    placements = layout.placements(op_dims, tp_dim)
+    return math.prod(
+        mesh[d] for d, p in zip(op_dims, placements, strict=True) if not p.is_replicate()
+    )
+
+
+def _op_detail(judged: Judged, shards: int, stages: int) -> str:
+    pieces = f"{shards} shard(s)" + (f" x {stages} stages" if stages > 1 else "")
+    if judged.compared_equal and judged.compared_apart:
+        return f"{pieces} differ, replicas equal"
+    if judged.compared_apart:
+        return f"{pieces} differ (no replicas in this mesh)"
+    if judged.compared_equal:
+        return f"{pieces}, replicas equal"
+    return "nothing to compare (one rank)"
+
+
+def _model_detail(judged: Judged, tp_dim: str) -> str:
+    if judged.compared_equal and judged.compared_apart:
+        return f"equal within each {tp_dim} group, groups differ"
+    if judged.compared_equal:
+        return f"equal within each {tp_dim} group (one group: no other to differ from)"
+    if judged.compared_apart:
+        return f"groups differ (no {tp_dim} peers in this mesh)"
+    return "nothing to compare (one rank)"
+
+
+def _verdict(what: str, judged: Judged, detail: str) -> Verdict:
+    problems = list(judged.problems)
+    if judged.hidden:
+        problems.append(f"... and {judged.hidden} more not shown")
+    return Verdict(what, judged.ok, "; ".join(problems) or detail)
+
+
+def run_rank(
+    mesh_sizes: dict[str, int], sharded: list[str], seed: int, platform_name: str
+) -> dict[str, Any]:
+    """What every rank runs: seed, draw, verify, judge with the others; the report as a dict.
+
+    The ranks judge together, comparing along each mesh dim (see
+    :mod:`hwrng._judge`): no rank gathers the others' results, and every rank
+    returns the same report.
+    """
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import hwrng
+
+    platform = hwrng.get_platform(platform_name)
+    names = list(mesh_sizes)
+    mesh = init_device_mesh(
+        platform.device_type, tuple(mesh_sizes.values()), mesh_dim_names=tuple(names)
+    )
+    started = time.perf_counter()
+    drawn = _draw(mesh, platform, seed, sharded)
+    elapsed = time.perf_counter() - started
+    whole = Comm(None, platform)
+    op_dims, tp_dim = _op_dims(names), _tp_dim(names)
+    apart = [d for d in sharded if d not in op_dims]
+    model_apart = [d for d in sharded if d != tp_dim]
+    claims = []
+    for layout, digest, numel in drawn.ops.values():
+        spec = ShardSpec(
+            (16, 16),
+            tuple(mesh_sizes[d] for d in op_dims),
+            tuple(layout.placements(op_dims, tp_dim)),
+            tuple(drawn.coordinate[d] for d in op_dims),
+        )
+        key = _words(tuple(drawn.coordinate[d] for d in apart), spec.shard_index)
+        claims.append(Claim(digest, key, key, empty=numel == 0))
+    model_key = _words(tuple(drawn.coordinate[d] for d in model_apart))
+    claims.append(Claim(drawn.params, model_key, model_key))
+    claims.append(Claim(drawn.output, model_key, model_key))
+    rank_key = _words(dist.get_rank())
+    claims.append(Claim(drawn.named_local, rank_key, rank_key))
+    judged = judge(claims, Topology.over_mesh(mesh, whole, platform))
+    wrong = drawn.seed != rank_seed(seed, drawn.coordinate, mesh_sizes, sharded)
+    (count,) = whole.sum([int(wrong)])
+    odd = whole.first_ranks(wrong, 16)
+    device = whole.broadcast_text(f"{describe_device(platform)}, {platform.device()}", 0)
+    (slowest,) = whole.max([round(elapsed * 1000)])
+    report = CheckReport(
+        platform_name,
+        device,
+        mesh_sizes,
+        sharded,
+        seed,
+        _seed_rows(mesh_sizes, sharded, seed),
+        seconds=slowest / 1000,
+    )
+    more = f" and {count - len(odd)} more" if count > len(odd) else ""
+    report.ops.append(
+        Verdict(
+            "each rank's seed follows the plan",
+            not count,
+            f"ranks {odd}{more} got other seeds than rank_seed gives"
+            if count
+            else "seed + linear index, on every rank",
+        )
+    )
+    for (name, (layout, _, _)), found in zip(drawn.ops.items(), judged, strict=False):
+        shards = _shards(layout, mesh_sizes, op_dims, tp_dim)
+        stages = math.prod(mesh_sizes[d] for d in apart)
+        report.ops.append(_verdict(name, found, _op_detail(found, shards, stages)))
+    n = len(drawn.ops)
+    report.ops.append(
+        _verdict(
+            "model parameters after reset_parameters",
+            judged[n],
+            _model_detail(judged[n], tp_dim),
+        )
+    )
+    report.ops.append(
+        _verdict(
+            "model output, dropout included", judged[n + 1], _model_detail(judged[n + 1], tp_dim)
+        )
+    )
+    local = judged[n + 2]
+    report.ops.append(
+        _verdict(
+            "local dropout in a named state",
+            local,
+            "a mask of its own on every rank"
+            if local.compared_apart
+            else "one rank: nothing to compare",
+        )
+    )
+    for verdict in drawn.report.streams:
+        report.streams.append(
+            Verdict(verdict.stream, verdict.ok, "; ".join(verdict.problems) or verdict.compared)
+        )
+    return report.to_dict()
+
+
+def _seed_rows(
+    mesh: dict[str, int], sharded: list[str], seed: int
+) -> list[tuple[int, dict[str, int], int]]:
+    """The plan's seeds of the first :data:`SEED_ROWS` ranks (each rank checks its own)."""
+    sizes = list(mesh.values())
+    rows = []
+    for rank in range(min(SEED_ROWS, math.prod(sizes))):
+        coordinate = dict(zip(mesh, unravel_index(rank, sizes), strict=True))
+        rows.append((rank, coordinate, rank_seed(seed, coordinate, mesh, sharded)))
+    return rows
+
+
+def _words(*parts: Any) -> int:
+    return digest62(repr(parts).encode())
 
 
 @dataclass(frozen=True)
@@ -221,7 +370,11 @@ class Verdict:
 
 @dataclass
 class CheckReport:
-    """Everything ``hwrng check`` prints (``--json`` prints it as a document)."""
+    """Everything ``hwrng check`` prints (``--json`` prints it as a document).
+
+    ``seeds`` holds the first :data:`SEED_ROWS` ranks' seeds; every rank's own
+    seed is checked against the plan by the first check.
+    """
 
     backend: str
     device: str
@@ -255,118 +408,20 @@ class CheckReport:
             "python": sys.version.split()[0],
         }
 
-
-def _equal_iff_same_key(
-    entries: dict[int, tuple[Any, str, int]], coordinates: dict[int, dict[str, int]]
-) -> list[str]:
-    """Ranks must draw alike exactly when their keys are equal (empty results never clash).
-
-    ``entries`` maps rank to ``(key, digest, numel)``.
-    """
-    problems = []
-    by_key: dict[Any, dict[str, list[int]]] = {}
-    for rank, (key, digest, _) in entries.items():
-        by_key.setdefault(key, {}).setdefault(digest, []).append(rank)
-    for by_digest in by_key.values():
-        if len(by_digest) > 1:
-            ranks = sorted(r for rs in by_digest.values() for r in rs)
-            problems.append(f"replicas {_named(ranks, coordinates)} differ")
-    by_digest_keys: dict[str, set[Any]] = {}
-    for key, digest, numel in entries.values():
-        if numel:
-            by_digest_keys.setdefault(digest, set()).add(key)
-    for digest, keys in by_digest_keys.items():
-        if len(keys) > 1:
-            ranks = sorted(r for r, (k, d, _) in entries.items() if d == digest)
-            problems.append(f"{_named(ranks, coordinates)} should differ but drew alike")
-    return problems
-
-
-def _named(ranks: Sequence[int], coordinates: dict[int, dict[str, int]]) -> str:
-    shown = ", ".join(f"{r} {coordinates[r]}" for r in ranks[:4])
-    return f"ranks {shown}" + (f" and {len(ranks) - 4} more" if len(ranks) > 4 else "")
-
-
-def judge(
-    results: list[dict[str, Any]],
-    *,
-    mesh: dict[str, int],
-    sharded: list[str],
-    seed: int,
-    backend: str,
-    seconds: float,
-) -> CheckReport:
-    """Compare every rank's digests against the plan; build the report.
-
-    A DTensor op's ranks must agree exactly when they hold the same shard of
-    one stage mesh, or of two stages not seeded apart; the model's, when they
-    are in tensor-parallel groups not seeded apart; named-state dropout differs
-    on every rank; each stream passes :func:`hwrng.verify`.
-    """
-    from hwrng._sharding import ShardSpec
-
-    names = list(mesh)
-    results = sorted(results, key=lambda r: r["rank"])
-    coordinates = {r["rank"]: r["coordinate"] for r in results}
-    seeds = [(r["rank"], r["coordinate"], r["seed"]) for r in results]
-    report = CheckReport(backend, results[0]["device"], mesh, sharded, seed, seeds, seconds=seconds)
-    wrong = [r for r, c, s in seeds if s != rank_seed(seed, c, mesh, sharded)]
-    report.ops.append(
-        Verdict(
-            "each rank's seed follows the plan",
-            not wrong,
-            f"ranks {wrong} got other seeds than rank_seed gives"
-            if wrong
-            else "seed + linear index",
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckReport:
+        """The report :meth:`to_dict` made (as the ranks send it to whoever prints it)."""
+        return cls(
+            data["backend"],
+            data["device"],
+            dict(data["mesh"]),
+            list(data["sharded"]),
+            data["seed"],
+            [(s["rank"], s["coordinate"], s["seed"]) for s in data["seeds"]],
+            [Verdict(**v) for v in data["ops"]],
+            [Verdict(**v) for v in data["streams"]],
+            data["seconds"],
         )
-    )
-    op_dims = _op_dims(names)
-    tp_dim = _tp_dim(names)
-    apart = [d for d in sharded if d not in op_dims]
-    for name in results[0]["ops"]:
-        placements = Layout(results[0]["layouts"][name]).placements(op_dims, tp_dim)
-        entries: dict[int, tuple[Any, str, int]] = {}
-        for r in results:
-            spec = ShardSpec(
-                (16, 16),
-                tuple(mesh[d] for d in op_dims),
-                tuple(placements),
-                tuple(r["coordinate"][d] for d in op_dims),
-            )
-            key = (tuple(r["coordinate"][d] for d in apart), spec.shard_index)
-            entries[r["rank"]] = (key, *r["ops"][name])
-        problems = _equal_iff_same_key(entries, coordinates)
-        shards = len({k[1] for k, _, _ in entries.values()})
-        report.ops.append(
-            Verdict(name, not problems, "; ".join(problems) or f"{shards} shard(s), replicas equal")
-        )
-    model_apart = [d for d in sharded if d != tp_dim]
-    for label, field_name in (
-        ("model parameters after reset_parameters", "params"),
-        ("model output, dropout included", "output"),
-    ):
-        entries = {
-            r["rank"]: (tuple(r["coordinate"][d] for d in model_apart), repr(r[field_name]), 1)
-            for r in results
-        }
-        problems = _equal_iff_same_key(entries, coordinates)
-        report.ops.append(
-            Verdict(label, not problems, "; ".join(problems) or f"equal within each {tp_dim} group")
-        )
-    entries = {r["rank"]: (r["rank"], r["named_local"], 1) for r in results}
-    problems = _equal_iff_same_key(entries, coordinates)
-    report.ops.append(
-        Verdict(
-            "local dropout in a named state",
-            not problems,
-            "; ".join(problems) or "a mask of its own on every rank",
-        )
-    )
-    for stream, expectation, stream_problems in results[0]["verify"]:
-        report.streams.append(
-            Verdict(stream, not stream_problems, "; ".join(stream_problems) or expectation)
-        )
-    return report
 
 
 def format_report(report: CheckReport) -> str:
@@ -374,15 +429,18 @@ def format_report(report: CheckReport) -> str:
     mesh_text = " x ".join(f"{n}={s}" for n, s in report.mesh.items())
     world = math.prod(report.mesh.values())
     names = list(report.mesh)
+    table = format_table(
+        ["rank", *names, "seed"],
+        [[r, *(c[n] for n in names), s] for r, c, s in report.seeds],
+    )
+    if world > len(report.seeds):
+        table += f"\n... {world - len(report.seeds)} more rank(s), each checked against the plan"
     lines = [
         f"hwrng check: backend {report.backend} ({report.device}), {world} rank(s), "
         f"mesh {mesh_text}, sharded {', '.join(report.sharded) or 'along no dim'}, "
         f"seed {report.seed}",
         "",
-        format_table(
-            ["rank", *names, "seed"],
-            [[r, *(c[n] for n in names), s] for r, c, s in report.seeds],
-        ),
+        table,
         "",
         format_table(
             ["CHECK", "RESULT", "DETAIL"],
@@ -427,7 +485,7 @@ def under_torchrun() -> bool:
 def run_in_torchrun(
     mesh: dict[str, int], sharded: list[str], seed: int, platform_name: str, backend: str
 ) -> tuple[CheckReport | None, bool]:
-    """Run this process's rank under torchrun; rank 0 judges. Returns (report or None, ok)."""
+    """Run this process's rank under torchrun. Returns (the report on rank 0, else None; ok)."""
     import os
 
     import torch.distributed as dist
@@ -437,22 +495,11 @@ def run_in_torchrun(
     platform = hwrng.get_platform(platform_name)
     if platform.device_type != "cpu":
         platform.device_handle.set_device(int(os.environ["LOCAL_RANK"]) % platform.device_count())
-    started = time.perf_counter()
     owns_group = not dist.is_initialized()
     if owns_group:
         dist.init_process_group(backend)
     try:
-        result = run_rank(mesh, sharded, seed, platform_name)
-        gathered: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, result)
-        report = judge(
-            gathered,
-            mesh=mesh,
-            sharded=sharded,
-            seed=seed,
-            backend=platform_name,
-            seconds=time.perf_counter() - started,
-        )
+        report = CheckReport.from_dict(run_rank(mesh, sharded, seed, platform_name))
         return (report if dist.get_rank() == 0 else None), report.ok
     finally:
         if owns_group:

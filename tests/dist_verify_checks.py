@@ -10,10 +10,24 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import hwrng
 
 NAMES = ("dp", "tp")
+
+
+class _GatherSizes(TorchDispatchMode):
+    """How many ranks each all_gather dispatched inside it gathers from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if str(func) == "c10d.allgather_.default":
+            self.sizes.append(len(args[0][0]))
+        return func(*args, **(kwargs or {}))
 
 
 def _snapshot() -> tuple[Any, ...]:
@@ -62,7 +76,7 @@ def scenario(fault: str, sharded: list[str]) -> dict[str, Any]:
     if fault == "extra draw" and rank == 6:
         torch.rand(1)
     before = _snapshot()
-    with CommDebugMode() as comms:
+    with CommDebugMode() as comms, _GatherSizes() as gathers:
         report = hwrng.verify(mesh, sharded_dims=sharded if fault == "other means" else None)
     unchanged = _same(before, _snapshot())
     try:
@@ -78,6 +92,7 @@ def scenario(fault: str, sharded: list[str]) -> dict[str, Any]:
         "raised": raised,
         "unchanged": unchanged,
         "collectives": {str(op): n for op, n in comms.get_comm_counts().items()},
+        "gathered_from": gathers.sizes,
         "text": report.describe(),
     }
 

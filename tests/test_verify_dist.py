@@ -20,16 +20,22 @@ def _same_everywhere(results: list[dict[str, object]]) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(
-    ("sharded", "gathers"), [(["tp"], 1), (["dp", "tp"], 2), ([], 0)], ids=["tp", "dp,tp", "none"]
+    ("sharded", "gathers"),
+    [(["tp"], [2]), (["dp", "tp"], [4, 2]), ([], [])],
+    ids=["tp", "dp,tp", "none"],
 )
-def test_a_correct_run_passes(pool: DistributedPool, sharded: list[str], gathers: int) -> None:
+def test_a_correct_run_passes(
+    pool: DistributedPool, sharded: list[str], gathers: list[int]
+) -> None:
     results = pool.run(checks.scenario, "none", sharded)
     result = _same_everywhere(results)
     assert result["ok"], result["text"]
     # The whole group: one reduction before and one after; each mesh dim: one reduction, and
     # a gather (of its own ranks' rows) only along the dims whose ranks should differ.
-    expected = {"c10d.allreduce_": 4, "c10d.allgather_": gathers}
+    # On the mesh dp=4 x tp=2 of 8 ranks, a gather is as large as its dim, never the world.
+    expected = {"c10d.allreduce_": 4, "c10d.allgather_": len(gathers)}
     assert all(r["collectives"] == {k: n for k, n in expected.items() if n} for r in results)
+    assert all(r["gathered_from"] == gathers for r in results)
     assert result["streams"] == [
         "torch.cpu",
         "random",

@@ -68,12 +68,12 @@ from hwrng._workers import WorkerInitFn, WorkerSeeds, worker_init_fn, worker_see
 from hwrng.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from hwrng._dcp_planner import RNGLoadPlanner
+    from hwrng._dcp_planner import RNGLoadPlanner, RNGSavePlanner
 
 # Submodules reached as attributes: dtensor imports torch.distributed.tensor only when used.
 _LAZY_SUBMODULES = ("dtensor", "invariant", "presets", "testing")
 # Names whose module imports torch.distributed.checkpoint, loaded when first used.
-_LAZY_NAMES = {"RNGLoadPlanner": "hwrng._dcp_planner"}
+_LAZY_NAMES = {"RNGLoadPlanner": "hwrng._dcp_planner", "RNGSavePlanner": "hwrng._dcp_planner"}
 
 
 def __getattr__(name: str) -> object:
@@ -119,6 +119,7 @@ __all__ = [
     "Platform",
     "PlatformInfo",
     "RNGLoadPlanner",
+    "RNGSavePlanner",
     "RNGState",
     "RNGStatesTracker",
     "SeedDim",

@@ -1,4 +1,6 @@
-"""``RNGLoadPlanner``: DCP's default load planner, letting ``RNGState`` see what is missing.
+"""DCP planners for per-rank entries: ``RNGLoadPlanner`` and ``RNGSavePlanner``.
+
+``RNGLoadPlanner`` is DCP's default load planner, letting ``RNGState`` see what is missing.
 
 A rank that a grown world added has no ``rank_<r>`` key in the checkpoint, and
 DCP's default planner stops the whole load at the first missing key. This
@@ -8,17 +10,26 @@ model key still fails as it does by default -- so that ``RNGState`` finds
 them unfilled and decides (re-derives under ``on_mismatch="reseed"``, or
 refuses on every rank). A checkpoint of hwrng's layout 1 (one ``ranks`` key)
 is recognised here and refused by ``RNGState`` with a clear error.
+
+``RNGSavePlanner`` is DCP's default save planner with one step made linear.
+Planning a save, DCP's coordinator merges every rank's key mappings with
+``dict(ChainMap(*mappings))``, whose cost is the number of keys times the
+number of ranks that hold them late in the chain: with a key of its own on
+every rank (hwrng's, Megatron's per-rank RNG objects) it grows with the square
+of the world -- 17 s at 16,384 ranks on the development machine, some ten
+minutes at 100,000. This planner merges them in one pass, to the same result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 
 from hwrng._dcp import JOB_KEY, OLD_LAYOUT_KEY, owner_of
 
-__all__ = ["RNGLoadPlanner"]
+__all__ = ["RNGLoadPlanner", "RNGSavePlanner"]
 
 
 class RNGLoadPlanner(DefaultLoadPlanner):
@@ -49,3 +60,30 @@ class RNGLoadPlanner(DefaultLoadPlanner):
             if key == JOB_KEY and old in present:
                 owner._old_layout = True
         return super().create_local_plan()
+
+
+class RNGSavePlanner(DefaultSavePlanner):
+    """A ``DefaultSavePlanner`` whose coordinator merges the ranks' key mappings in linear time.
+
+    Takes every argument ``DefaultSavePlanner`` takes and plans the same save
+    (the same items on each rank, the same metadata); only the merge of every
+    rank's mappings, which DCP does in time quadratic in the world when ranks
+    hold keys of their own, takes one pass. Worth it from some thousands of
+    ranks::
+
+        dcp.save(state, checkpoint_id=path, planner=hwrng.RNGSavePlanner())
+    """
+
+    def _create_global_plan(self, all_plans: list[Any]) -> tuple[list[Any], Any]:
+        if not self.flatten_state_dict:
+            return super()._create_global_plan(all_plans)
+        bare = [dataclasses.replace(plan, planner_data={}) for plan in all_plans]
+        global_plan, metadata = super()._create_global_plan(bare)
+        merged: dict[str, Any] = {}
+        for plan in reversed(all_plans):  # the first plan that holds a key wins, as in ChainMap
+            merged.update(plan.planner_data or {})
+        restored = [
+            dataclasses.replace(planned, planner_data=plan.planner_data)
+            for planned, plan in zip(global_plan, all_plans, strict=True)
+        ]
+        return restored, dataclasses.replace(metadata, planner_data=merged)

@@ -225,6 +225,9 @@ def planner_option(directory: str, option: str) -> str:
         )
     elif option == "flatten_state_dict=False":
         dcp.save(state, checkpoint_id=path, planner=DefaultSavePlanner(flatten_state_dict=False))
+    elif option == "RNGSavePlanner, dedup_save_to_lowest_rank":
+        planner = hwrng.RNGSavePlanner(dedup_save_to_lowest_rank=True)
+        dcp.save(state, checkpoint_id=path, planner=planner)
     elif option == "async_save":
         dcp.async_save(state, checkpoint_id=path).result()
     elif option == "no entry, allow_partial_load":

@@ -9,7 +9,10 @@ sharded along ``tp``. Each phase runs once to warm up, then is measured:
 * ``save``: ``hwrng.RNGState().state_dict()`` (what DCP calls to save);
 * ``load``: a fresh ``RNGState``'s template and ``load_state_dict`` of the saved
   entry (what DCP calls to load);
-* ``verify``: ``hwrng.verify()``.
+* ``verify``: ``hwrng.verify()``;
+* ``gather_all`` (the baseline, not hwrng): ``all_gather_object`` of this rank's
+  saved entry, which is what hwrng's layout 1 did on every save -- every rank
+  held every rank's state.
 
 For each: the peak of Python allocations (tracemalloc) above what was held
 before, the bytes of every tensor handed to a ``c10d`` collective (a
@@ -116,6 +119,14 @@ def probe(world: int, rank: int) -> dict[str, Any]:
             results["verify_ok"] = value.ok
     load(dict(entry))  # warm up
     _, results["load"] = measure(lambda: load(dict(entry)))
+    own = entry[f"rank_{rank}"]
+
+    def gather_all() -> None:
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, own)
+
+    gather_all()
+    _, results["gather_all"] = measure(gather_all)
     tracemalloc.stop()
     del tracker
     dist.destroy_process_group()

@@ -79,6 +79,7 @@ def test_dcp_resume_whatever_the_loading_process_did(
         ("flatten_state_dict=False", "refused unchanged: DCP did not fill"),
         ("no entry, allow_partial_load", "refused unchanged: DCP did not fill"),
         ("RNGLoadPlanner", "restored"),
+        ("RNGSavePlanner, dedup_save_to_lowest_rank", "restored"),
         (
             "layout 1, RNGLoadPlanner",
             "refused unchanged: the checkpoint holds hwrng's RNG entry in layout 1",

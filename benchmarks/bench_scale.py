@@ -13,8 +13,8 @@ peak of Python allocations, the bytes handed to collectives and the time, and
 the bytes of the saved entry; and how long DCP's coordinator takes to plan a
 save of that many ranks with DCP's default save planner and with
 ``hwrng.RNGSavePlanner`` (a linear merge of the ranks' mappings). Writes
-``benchmarks/results/scale-<date>.json`` and ``.md``, and the plot ``docs/img/scale.svg``. Nothing is asserted here:
-tests/test_scale.py asserts the bounds.
+``benchmarks/results/scale-<date>.json`` and ``.md``, and the plot
+``docs/img/scale.svg``. Nothing is asserted here: tests/test_scale.py asserts the bounds.
 """
 
 from __future__ import annotations

@@ -311,7 +311,7 @@ class RNGState:
         if self.directory is None:
             issued[rank_key(rank)] = entry
         else:
-            _write_atomically(rank_file(self.directory, rank), entry)
+            self._write_own(comm, rank, world_size, entry)
         self._issued = issued
         self._missing = set()
         self._old_layout = False
@@ -320,6 +320,27 @@ class RNGState:
         for key in [k for k, ref in _issued.items() if ref() is None]:
             del _issued[key]
         return dict(issued)
+
+    def _write_own(self, comm: Comm, rank: int, world_size: int, entry: bytes) -> None:
+        """Write this rank's entry into ``directory``; when any rank cannot, every rank raises.
+
+        One more reduction of two words: without it, the ranks whose writes
+        went through would wait for the failed one in the trainer's next
+        collective.
+        """
+        assert self.directory is not None
+        failure: str | None = None
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            _write_atomically(rank_file(self.directory, rank), entry)
+        except (OSError, CheckpointError) as error:
+            failure = str(error)
+        failed, first = comm.max(
+            [int(failure is not None)], negated=[rank if failure is not None else world_size]
+        )
+        if failed:
+            why = comm.broadcast_text(failure or "", first)
+            raise CheckpointError(f"rank {first} could not write its RNG entry: {why}")
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore, re-derive or refuse on every rank alike (see the class notes)."""

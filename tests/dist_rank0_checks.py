@@ -78,3 +78,17 @@ def without_a_directory(directory: str) -> str:
     _move_everything()
     loaded = torch.load(path, weights_only=True)
     return _outcome(lambda: hwrng.RNGState().load_state_dict(loaded), expected)
+
+
+def one_rank_cannot_write(directory: str) -> str:
+    """Rank 1's directory cannot be made (its parent is a file): every rank refuses the save."""
+    hwrng.manual_seed(43, _mesh(), sharded_dims=["tp"], platform="cpu")
+    blocker = os.path.join(directory, f"a-file-{dist.get_rank()}")
+    with open(blocker, "w") as file:
+        file.write("not a directory")
+    files = os.path.join(blocker, "sub") if dist.get_rank() == 1 else directory
+    try:
+        hwrng.RNGState(directory=files).state_dict()
+    except hwrng.CheckpointError as error:
+        return str(error)
+    return "saved"

@@ -181,3 +181,10 @@ def test_when_one_rank_refuses_every_rank_refuses_unchanged(
     outcomes = pair.run(checks.one_rank_refuses, str(tmp_path_factory.mktemp("refuse")), how)
     assert outcomes[1].startswith("refused unchanged: live tracker(s) ['only-on-rank-1-"), outcomes
     assert outcomes[0].startswith("refused unchanged: rank 1 refused"), outcomes
+
+
+def test_when_one_rank_cannot_write_its_entry_every_rank_refuses_the_save(
+    pair: DistributedPool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outcomes = pair.run(checks.one_rank_cannot_write, str(tmp_path_factory.mktemp("write")))
+    assert all(o.startswith("rank 1 could not write its RNG entry:") for o in outcomes), outcomes

@@ -56,7 +56,7 @@ from hwrng._mesh import MeshLayout
 from hwrng._plan import Seeding, generation_seed, plan_for_mesh
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
-from hwrng._seeding import current_seeding, record_seeding, seed_streams
+from hwrng._seeding import current_seeding, record_seeding, seed_streams, seeded_mesh
 from hwrng._states import RNGStatesTracker, live_trackers
 from hwrng._validation import apply_state, check_offset, check_seed, check_state_tensor
 from hwrng._version import __version__
@@ -449,11 +449,41 @@ def _apply(restore: _Restore, platform: Platform) -> None:
 
 @dataclass
 class _Reseed:
-    """A checked re-derivation: the new plan, where the device streams continue, and why."""
+    """A checked re-derivation: the new plan, where the device streams continue, and why.
+
+    ``fresh``: the checkpoint held nothing to continue from, so every stream,
+    the devices' too, starts at the beginning of the new plan's seeds.
+    """
 
     plan: Seeding
     position: int
     why: str
+    fresh: bool = False
+
+
+def _plan_fresh(why: str) -> _Reseed:
+    """Plan a re-derivation when the checkpoint holds no hwrng state at all; change nothing.
+
+    The plan in force moves to its next resume generation, *seed included*
+    (``generation_seed(seed, g)``): without a saved position nothing can
+    continue, and new seeds are the way not to repeat the saved job's draws.
+    """
+    plan = current_seeding()
+    if plan is None:
+        raise CheckpointError(
+            f"cannot re-derive the streams ({why}): no seed plan is in force to derive "
+            "them from; seed with hwrng.manual_seed first"
+        )
+    forked = sorted(name for name, t in live_trackers().items() if t.forked)
+    if forked:
+        raise CheckpointError(
+            f"cannot re-derive the streams ({why}) while trackers {forked} hold a forked state"
+        )
+    generation = plan.generation + 1
+    fresh = dataclasses.replace(
+        plan, seed=generation_seed(plan.seed, generation), generation=generation
+    )
+    return _Reseed(fresh, 0, why, fresh=True)
 
 
 def _where_position(plan: Seeding, position: Any) -> int:
@@ -521,6 +551,22 @@ def _carry_out_reseed(reseed: _Reseed, platform: Platform, mesh: DeviceMesh | No
     host = host_generator()
     devices = _device_generators(platform) or [host]
     trackers = {name: t for name, t in live_trackers().items() if t.names}
+    if reseed.fresh:
+        with claim(host, *devices):
+            seed_streams(own, platform)
+            for tracker in trackers.values():
+                tracker.set_states(tracker.generation_states(plan.generation))
+            record_seeding(plan, seeded_mesh())
+        warnings.warn(
+            f"hwrng: nothing was restored ({reseed.why}); every stream was re-derived as resume "
+            f"generation {plan.generation} of the plan in force, from the seed "
+            f"generation_seed(seed, {plan.generation}) = {plan.seed}, and named states "
+            f"{sorted(trackers) or ''} alike: new streams, which repeat nothing the saved job "
+            "drew and do not continue it.",
+            HwrngWarning,
+            stacklevel=4,
+        )
+        return
     with claim(host, *devices):
         seed_streams(generation_seed(own, plan.generation), platform)
         for generator in devices:  # the DTensor stream (and the devices) continue

@@ -37,6 +37,7 @@ A checkpoint that one rank writes alone (Lightning, Fabric, accelerate:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import weakref
@@ -50,6 +51,7 @@ from hwrng._checkpoint import (
     _check_on_mismatch,
     _checked_plan,
     _from_bytes,
+    _plan_fresh,
     _plan_reseed,
     _Reseed,
     _Restore,
@@ -416,6 +418,56 @@ class RNGState:
         local.fallback.why = local.why if reseeding else f"rank {reseeder}: {why}"
         return functools.partial(_carry_out, local.fallback, platform, self.mesh)
 
+    def _without_own(
+        self,
+        job: _Job,
+        own: bytes | None,
+        where: str,
+        *,
+        rank: int,
+        world_size: int,
+        platform: Platform,
+    ) -> tuple[_Reseed | None, str | None, _Local | None]:
+        """The job-wide re-derivation, why not, and the vote when this rank cannot restore."""
+        fallback: _Reseed | None = None
+        cannot: str | None = "it was loaded with on_mismatch='error'"
+        why = f"the checkpoint was written by {job.world_size} rank(s) (here {world_size})"
+        if job.world_size == world_size and own is None:
+            why = f"the checkpoint holds no RNG state for rank {rank} ({where})"
+        if self.on_mismatch == "reseed":
+            try:
+                fallback = _plan_reseed(job.plan, job.position, self.mesh, platform, why)
+                cannot = None
+            except CheckpointError as error:
+                cannot = str(error)
+        if job.world_size == world_size and own is not None:
+            return fallback, cannot, None
+        if fallback is None:
+            advice = (
+                "load with RNGState(on_mismatch='reseed', mesh=new_mesh) to re-derive the streams"
+                if self.on_mismatch == "error"
+                else f"and it cannot be re-derived: {cannot}"
+            )
+            why = f"refusing to restore the RNG state: {why}; {advice}"
+            return None, cannot, _Local(_REFUSE, None, why, None, cannot)
+        return fallback, cannot, _Local(_RESEED, fallback, why, fallback, None)
+
+    def _no_entry(self) -> _Local:
+        """The vote of a rank whose checkpoint holds no hwrng entry at all."""
+        why = "the checkpoint holds no hwrng entry: it was written without hwrng.RNGState"
+        if self.on_mismatch == "error":
+            text = (
+                f"refusing to go on from the seed: {why}, and every RNG stream would restart "
+                "from its seed, repeating the saved job's draws; load with "
+                "on_mismatch='reseed' to start new streams instead"
+            )
+            return _Local(_REFUSE, None, text, None, "it was loaded with on_mismatch='error'")
+        try:
+            fresh = _plan_fresh(why)
+        except CheckpointError as error:
+            return _Local(_REFUSE, None, str(error), None, str(error))
+        return _Local(_RESEED, fresh, why, fresh, None)
+
     def _is_issued(self, value: object) -> bool:
         return any(value is issued for issued in self._issued.values())
 
@@ -458,6 +510,8 @@ class RNGState:
             if self._old_layout or (OLD_LAYOUT_KEY in loaded and JOB_KEY not in loaded):
                 raise _old_layout("the checkpoint")
             value = loaded.get(JOB_KEY)
+            if JOB_KEY in self._missing or (value is None and JOB_KEY not in loaded):
+                return self._no_entry()
             if value is None or self._is_issued(value):
                 raise CheckpointError(
                     "DCP did not fill hwrng's entry, so there is nothing to restore: a load "
@@ -467,26 +521,13 @@ class RNGState:
                 )
             job = _unpack_job(value)
             digest = digest62(value)
-            why = f"the checkpoint was written by {job.world_size} rank(s) (here {world_size})"
             own, where = self._own_entry(loaded, rank)
-            if job.world_size == world_size and own is None:
-                why = f"the checkpoint holds no RNG state for rank {rank} ({where})"
-            if self.on_mismatch == "reseed":
-                try:
-                    fallback = _plan_reseed(job.plan, job.position, self.mesh, platform, why)
-                    cannot = None
-                except CheckpointError as error:
-                    cannot = str(error)
-            if job.world_size != world_size or own is None:
-                if fallback is None:
-                    advice = (
-                        "load with RNGState(on_mismatch='reseed', mesh=new_mesh) to re-derive "
-                        "the streams"
-                        if self.on_mismatch == "error"
-                        else f"and it cannot be re-derived: {cannot}"
-                    )
-                    raise CheckpointError(f"refusing to restore the RNG state: {why}; {advice}")
-                return _Local(_RESEED, fallback, why, fallback, None, digest)
+            fallback, cannot, early = self._without_own(
+                job, own, where, rank=rank, world_size=world_size, platform=platform
+            )
+            if early is not None:
+                return dataclasses.replace(early, digest=digest)
+            assert own is not None
             entry = _from_bytes(own, f"the RNG entry of rank {rank} ({where})")
             if not isinstance(entry, Mapping) or entry.get("nonce") != job.nonce:
                 raise CheckpointError(

@@ -237,7 +237,7 @@ def test_an_entry_dcp_did_not_fill_is_refused(tracker: hwrng.RNGStatesTracker) -
     template = state.state_dict()
     torch.rand(4)
     before = _everything(tracker)
-    for unfilled in (template, {}, {"job": None}, {"job": template["job"]}):
+    for unfilled in (template, {"job": None}, {"job": template["job"]}):
         with pytest.raises(hwrng.CheckpointError, match="DCP did not fill"):
             state.load_state_dict(unfilled)
     with pytest.raises(hwrng.CheckpointError, match="truncated or corrupt"):
@@ -247,6 +247,29 @@ def test_an_entry_dcp_did_not_fill_is_refused(tracker: hwrng.RNGStatesTracker) -
     with pytest.raises(hwrng.CheckpointError, match="layout 1"):
         state.load_state_dict({"ranks": template["rank_0"]})
     assert _everything(tracker) == before
+
+
+def test_a_checkpoint_without_an_hwrng_entry_is_refused_or_starts_new_streams(
+    tracker: hwrng.RNGStatesTracker,
+) -> None:
+    _seeded(tracker)
+    hwrng.manual_seed(11, platform="cpu")  # a fresh process seeds, then loads
+    tracker.reset()
+    tracker.add("model-parallel-rng", 2729)
+    from_the_start = _everything(tracker)
+    with pytest.raises(hwrng.CheckpointError, match="holds no hwrng entry.*would restart"):
+        hwrng.RNGState().load_state_dict({"model": b"weights only"})
+    assert _everything(tracker) == from_the_start
+    state = hwrng.RNGState(on_mismatch="reseed")
+    with pytest.warns(hwrng.HwrngWarning, match="new streams, which repeat nothing"):
+        state.load_state_dict({"model": b"weights only"})
+    fresh = _everything(tracker)
+    plan = hwrng.current_seeding()
+    assert plan is not None and plan.generation == 1
+    assert plan.seed != 11  # a seed of its own, so that no stream, torch's included, repeats what the saved job drew from its seed
+    for now, then in zip(fresh[0], from_the_start[0], strict=True):
+        assert now != then
+    assert fresh[1] != from_the_start[1]
 
 
 def test_an_entry_of_another_save_is_refused(tracker: hwrng.RNGStatesTracker) -> None:

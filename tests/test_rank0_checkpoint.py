@@ -102,7 +102,7 @@ def _no_own_entry(saved: dict[str, Any]) -> dict[str, Any]:
         (_other_layout, "has layout 99"),
         (_two_ranks, r"written by 2 rank\(s\) \(here 1\)"),
         (_corrupt_rank_state, "the RNG entry of rank 0 .* is not a readable"),
-        (_no_entry, "did not fill"),
+        (_no_entry, "holds no hwrng entry"),
         (_old_layout, "layout 1"),
         (_no_own_entry, r"holds no RNG state for rank 0 \(no key 'rank_0'\)"),
     ],

@@ -257,7 +257,7 @@ def test_a_checkpoint_without_an_hwrng_entry_is_refused_or_starts_new_streams(
     tracker.reset()
     tracker.add("model-parallel-rng", 2729)
     from_the_start = _everything(tracker)
-    with pytest.raises(hwrng.CheckpointError, match="holds no hwrng entry.*would restart"):
+    with pytest.raises(hwrng.CheckpointError, match=r"holds no hwrng entry.*would restart"):
         hwrng.RNGState().load_state_dict({"model": b"weights only"})
     assert _everything(tracker) == from_the_start
     state = hwrng.RNGState(on_mismatch="reseed")
@@ -266,7 +266,8 @@ def test_a_checkpoint_without_an_hwrng_entry_is_refused_or_starts_new_streams(
     fresh = _everything(tracker)
     plan = hwrng.current_seeding()
     assert plan is not None and plan.generation == 1
-    assert plan.seed != 11  # a seed of its own, so that no stream, torch's included, repeats what the saved job drew from its seed
+    # a seed of its own, so that no stream, torch's included, repeats the saved job's draws
+    assert plan.seed != 11
     for now, then in zip(fresh[0], from_the_start[0], strict=True):
         assert now != then
     assert fresh[1] != from_the_start[1]

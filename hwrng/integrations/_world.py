@@ -1,11 +1,12 @@
-"""Seeding and verifying a trainer's ranks: what every integration does at start-up."""
+"""What every integration shares: seeding and verifying a trainer's ranks, and the loaders."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Union
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Union
 
 from hwrng._checkpoint import _where
+from hwrng._exceptions import CheckpointError
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
 from hwrng._seeding import manual_seed
@@ -14,7 +15,7 @@ from hwrng._verify import verify
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-__all__ = ["MeshLike", "check_world", "seed_world"]
+__all__ = ["MeshLike", "check_world", "refuse_persistent_workers", "seed_world"]
 
 # A mesh, or a function that builds one once torch.distributed is up (the trainer starts it).
 MeshLike = Union["DeviceMesh", Callable[[], "DeviceMesh"], None]
@@ -52,3 +53,32 @@ def check_world(mesh: DeviceMesh | None) -> None:
     _, world_size = _where()
     if world_size > 1:
         verify(mesh).raise_if_failed()
+
+
+def refuse_persistent_workers(loaders: Iterable[Any], where: str) -> None:
+    """Refuse to restore RNG streams under a loader whose workers persist across epochs.
+
+    With ``persistent_workers=True`` a DataLoader seeds its workers once, when
+    its first iterator is made, and they go on drawing from those streams
+    epoch after epoch; the epochs' iterators draw no seed. A resumed job's
+    workers are new: seeded when the resumed loader first iterates, and at the
+    start of their streams, where the uninterrupted run's workers were far
+    along theirs. No restore of the ranks' streams can give them back, so the
+    augmentation would differ -- silently. Every rank holds the same loaders,
+    so every rank refuses alike.
+
+    Raises
+    ------
+    CheckpointError
+        Naming the loader and the fix.
+    """
+    for loader in loaders:
+        if getattr(loader, "persistent_workers", False) and getattr(loader, "num_workers", 0) > 0:
+            raise CheckpointError(
+                f"{where}: refusing to restore the RNG streams under a DataLoader with "
+                f"persistent_workers=True ({loader.num_workers} workers): its workers keep the "
+                "random streams they were seeded with at the first epoch, which a resumed job "
+                "cannot give back, so its augmentation would differ from the uninterrupted "
+                "run's. Use persistent_workers=False, or seed each sample's augmentation "
+                "from its index and epoch"
+            )

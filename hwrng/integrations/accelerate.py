@@ -6,6 +6,11 @@ process (``random``, NumPy, torch CPU and the *current* CUDA device only);
 ``load_state`` logs a failed RNG load at INFO and carries on. It has no mesh:
 replicas of a tensor-parallel group cannot share a seed while shards differ.
 
+With hwrng each process writes its own entry beside accelerate's files, in the
+checkpoint folder's ``hwrng/rank-<r>.pt`` (accelerate's save and load pre-hooks
+give every process the folder), and the main process's ``custom_checkpoint``
+holds the small entry all share; ``total_limit`` removes them with the folder.
+
 With hwrng::
 
     accelerator = Accelerator(
@@ -20,14 +25,22 @@ Requires ``pip install "hwrng[accelerate]"``.
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from hwrng._checkpoint import OnMismatch
 from hwrng._dcp import RNGState
-from hwrng._exceptions import InvalidValueError
+from hwrng._exceptions import CheckpointError, HwrngWarning, InvalidValueError
 from hwrng._platform import Platform
-from hwrng.integrations._world import MeshLike, check_world, seed_world
+from hwrng._validation import check_flag
+from hwrng.integrations._world import (
+    MeshLike,
+    check_world,
+    refuse_persistent_workers,
+    seed_world,
+)
 
 __all__ = ["prepare_rng"]
 
@@ -56,6 +69,7 @@ def prepare_rng(
     sharded_dims: Sequence[str] | None = None,
     verify: bool = True,
     on_mismatch: OnMismatch = "error",
+    mid_epoch: bool = False,
     platform: Platform | str | None = None,
 ) -> RNGState:
     """Seed each process for its place in the mesh, verify, and checkpoint every rank's streams.
@@ -76,17 +90,30 @@ def prepare_rng(
     verify
         Check every stream of every process with :func:`hwrng.verify` (a collective).
     on_mismatch, platform
-        As for :func:`hwrng.load_state_dict`.
+        As for :func:`hwrng.load_state_dict`; ``"reseed"`` also re-derives the
+        streams on another number of processes and for a checkpoint written
+        without ``prepare_rng``.
+    mid_epoch
+        Allow ``save_state`` in the middle of an epoch. Refused by default: an
+        accelerate loader fetches one batch ahead, drawing that batch's
+        augmentation (without workers) or its iterator's base seed (with
+        workers, on resume) from the ranks' streams, so a resumed run is
+        shifted by one batch (measured: 0 of 12 steps alike). Allow it when
+        your loaders draw from no global stream: ``DataLoader(generator=...)``
+        of its own, and augmentation seeded per sample.
 
     Returns
     -------
     RNGState
         The :class:`hwrng.RNGState` registered with
         ``accelerator.register_for_checkpointing``: ``save_state`` stores every
-        process's streams in ``custom_checkpoint_<n>.pkl`` (written by the main
-        process), and ``load_state`` restores each its own, after accelerate's
-        own RNG files, or raises :class:`~hwrng.CheckpointError` on every
-        process (when any one refuses) before any changes anything.
+        process's own entry in the checkpoint folder's ``hwrng/rank-<r>.pt``
+        and the shared one in ``custom_checkpoint_<n>.pkl``, and ``load_state``
+        restores each process its own, after accelerate's own RNG files, or
+        raises :class:`~hwrng.CheckpointError` on every process (when any one
+        refuses) before any changes anything. A prepared loader with
+        ``persistent_workers=True`` is refused at ``load_state``: its workers'
+        streams cannot be given back.
 
     Raises
     ------
@@ -94,9 +121,52 @@ def prepare_rng(
         If the accelerator's data loaders would not shuffle reproducibly.
     """
     _check_sampler(accelerator)
+    check_flag(mid_epoch, "mid_epoch")
     seeded = seed_world(seed, mesh, sharded_dims, platform)
     if verify:
         check_world(seeded)
     state = RNGState(on_mismatch=on_mismatch, mesh=seeded, platform=platform)
+    objects: list[Any] = accelerator._custom_objects
+    unregistered: list[int] = []  # where the state was while a load without it ran
+
+    def registered() -> int:
+        while unregistered:  # a load of a checkpoint without hwrng's entry took it out
+            objects.insert(unregistered.pop(), state)
+        return next(i for i, obj in enumerate(objects) if obj is state)
+
+    def save_hook(models: Any, weights: Any, output_dir: str) -> None:
+        del models, weights
+        registered()
+        if accelerator.gradient_state.in_dataloader and not mid_epoch:
+            raise CheckpointError(
+                "prepare_rng: refusing save_state in the middle of an epoch: accelerate's "
+                "loader has already drawn the next batch from the ranks' streams, so a resumed "
+                "run would be shifted by one batch; save at the end of an epoch, or pass "
+                "prepare_rng(mid_epoch=True) when your loaders draw from no global stream"
+            )
+        state.directory = os.path.join(output_dir, "hwrng")
+
+    def load_hook(models: Any, input_dir: str) -> None:
+        del models
+        index = registered()
+        refuse_persistent_workers(accelerator._dataloaders, "prepare_rng")
+        state.directory = os.path.join(input_dir, "hwrng")
+        if os.path.exists(os.path.join(input_dir, f"custom_checkpoint_{index}.pkl")):
+            return
+        # Written without prepare_rng: accelerate itself refuses a folder with fewer custom
+        # checkpoints than registered objects, so the vote on "no entry" runs here.
+        state.check({})()  # refuses on every process, or starts new streams under reseed
+        unregistered.append(index)
+        del objects[index]
+        warnings.warn(
+            "hwrng: accelerate restores its own random_states_<i>.pkl of this checkpoint "
+            "after this (random, NumPy, torch CPU, the current device); the other streams "
+            "are hwrng's new ones",
+            HwrngWarning,
+            stacklevel=2,
+        )
+
+    accelerator.register_save_state_pre_hook(save_hook)
+    accelerator.register_load_state_pre_hook(load_hook)
     accelerator.register_for_checkpointing(state)
     return state

@@ -14,14 +14,20 @@ Fabric::
 
     fabric.launch()
     seed_fabric(1234)
-    state = {"model": model, "optimizer": optimizer, "rng": hwrng.RNGState()}
-    fabric.save(path, state)  # ... later, in fresh processes: fabric.load(path, state)
+    state = {"model": model, "optimizer": optimizer, "rng": fabric_rng_state(path)}
+    fabric.save(path, state)  # ... later, in fresh processes: load_fabric(fabric, path, state)
+
+Lightning writes its checkpoint from rank 0 alone; each rank's own RNG entry
+goes into a folder beside it, ``<checkpoint>.hwrng/rank-<r>.pt``, written by
+that rank (the checkpoint holds the small entry every rank shares).
 
 Requires ``pip install "hwrng[lightning]"``.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,9 +37,19 @@ from lightning.fabric.utilities.data import _set_sampler_epoch
 from hwrng._checkpoint import OnMismatch
 from hwrng._dcp import RNGState
 from hwrng._platform import Platform
-from hwrng.integrations._world import MeshLike, check_world, seed_world
+from hwrng.integrations._world import (
+    MeshLike,
+    check_world,
+    refuse_persistent_workers,
+    seed_world,
+)
 
-__all__ = ["HwrngCallback", "seed_fabric"]
+__all__ = ["HwrngCallback", "fabric_rng_state", "load_fabric", "rank_folder", "seed_fabric"]
+
+
+def rank_folder(checkpoint: str | os.PathLike[str]) -> str:
+    """Where each rank's own entry of ``checkpoint`` goes: ``<checkpoint>.hwrng``."""
+    return os.fspath(checkpoint) + ".hwrng"
 
 
 class HwrngCallback(pl.Callback):
@@ -45,11 +61,20 @@ class HwrngCallback(pl.Callback):
       replicas along the others share one.
     - ``on_fit_start``: :func:`hwrng.verify` over every rank; raises
       :class:`~hwrng.VerificationError` naming offenders (``verify=False`` skips it).
-    - checkpoints: the callback's ``state_dict`` gathers every rank's complete
-      state (:class:`hwrng.RNGState`) into the checkpoint rank 0 writes;
-      ``trainer.fit(ckpt_path=...)`` gives each rank its own back, bit for bit,
-      or every rank refuses (another world size, backend, corrupt entry, a
-      refusal on any one rank) before any rank changes anything.
+    - checkpoints: every checkpoint ``Trainer.save_checkpoint`` writes (those of
+      ``ModelCheckpoint``, ``OnExceptionCheckpoint``, yours) gets each rank's
+      own entry in ``<checkpoint>.hwrng/rank-<r>.pt``, written by that rank,
+      and the small entry all ranks share in the checkpoint itself; the folder
+      goes when ``ModelCheckpoint`` removes the checkpoint.
+      ``trainer.fit(ckpt_path=...)`` gives each rank its own streams back, bit
+      for bit, or every rank refuses (another world size, backend, corrupt
+      entry, a refusal on any one rank) before any rank changes anything.
+    - a checkpoint written without this callback (or saved weights-only) is
+      refused -- every stream would restart from its seed and repeat the
+      saved job's draws -- unless ``on_mismatch="reseed"``, which starts new
+      streams instead, with a warning.
+    - a training DataLoader with ``persistent_workers=True`` is refused at a
+      resume: its workers' streams cannot be given back.
 
     Parameters
     ----------
@@ -63,14 +88,17 @@ class HwrngCallback(pl.Callback):
     verify
         Check the streams over every rank when fitting starts.
     on_mismatch, platform
-        As for :func:`hwrng.load_state_dict`.
+        As for :func:`hwrng.load_state_dict`; ``on_mismatch="reseed"`` also
+        re-derives the streams on another world size (4 ranks from 2, or one
+        process from 2) and for a checkpoint without hwrng's entry.
 
     Notes
     -----
     Use ``DataLoader(worker_init_fn=hwrng.worker_init_fn)`` for augmentations
-    in workers. Tested: checkpoints at epoch ends resume bit for bit. A
-    mid-epoch checkpoint also needs the sampler's position, which hwrng does
-    not hold (see the README's checkpoint section).
+    in workers. Tested: checkpoints at epoch ends and mid-epoch resume bit for
+    bit. Lightning hands no checkpoint hook the checkpoint's path: the
+    callback wraps this trainer's ``save_checkpoint`` and its strategy's
+    ``remove_checkpoint`` to learn it (Lightning 2.6.6, pinned).
     """
 
     def __init__(
@@ -92,11 +120,67 @@ class HwrngCallback(pl.Callback):
         self._state = RNGState(on_mismatch=on_mismatch, platform=platform)
         self._seeded_mesh: Any = None
         self._pending: Callable[[], None] | None = None
+        self._loaded = False  # a checkpoint's callback states reached this callback
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Seed this rank (the checkpoint, if any, is restored after this)."""
         self._seeded_mesh = seed_world(self.seed, self.mesh, self.sharded_dims, self.platform)
         self._state.mesh = self._seeded_mesh
+        self._loaded = False
+        self._route_rank_files(trainer)
+
+    def _route_rank_files(self, trainer: pl.Trainer) -> None:
+        """Learn each checkpoint's path, on every rank, when it is written and removed.
+
+        ``Trainer.save_checkpoint(filepath)`` runs on every rank (ModelCheckpoint,
+        OnExceptionCheckpoint and Lightning's docs require it) and asks the
+        callbacks for their state before anything is written;
+        ``Strategy.remove_checkpoint`` runs on every rank and deletes on rank 0.
+        Both are wrapped on this trainer's instances, once.
+        """
+        if getattr(trainer, "_hwrng_routed", False):
+            return
+        state, strategy = self._state, trainer.strategy
+        save, remove = trainer.save_checkpoint, strategy.remove_checkpoint
+
+        def save_checkpoint(filepath: Any, *args: Any, **kwargs: Any) -> None:
+            state.directory = rank_folder(filepath)
+            try:
+                save(filepath, *args, **kwargs)
+            finally:
+                state.directory = None
+
+        def remove_checkpoint(filepath: Any) -> None:
+            remove(filepath)
+            if strategy.is_global_zero:  # every rank wrote its file before the save's barrier
+                shutil.rmtree(rank_folder(filepath), ignore_errors=True)
+
+        trainer.save_checkpoint = save_checkpoint
+        strategy.remove_checkpoint = remove_checkpoint
+        trainer._hwrng_routed = True
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Find this checkpoint's rank folder, and notice a checkpoint without hwrng's entry.
+
+        Lightning calls this on every rank with the whole checkpoint, and calls
+        :meth:`load_state_dict` only when the checkpoint holds this callback's
+        state: without one, the vote on "no entry" runs here (every rank reads
+        the same file, so every rank votes alike).
+        """
+        self._loaded = True
+        if trainer.ckpt_path:  # a link (ModelCheckpoint(save_last="link")) leads to the saved file
+            self._state.directory = rank_folder(os.path.realpath(trainer.ckpt_path))
+        states = checkpoint.get("callbacks") or {}
+        if self.state_key not in states and self._legacy_state_key not in states:
+            self._pending = self._state.check({})
+
+    def _no_callback_states(self, trainer: pl.Trainer) -> None:
+        """A checkpoint saved weights-only reaches no callback: vote on "no entry" here."""
+        if trainer.ckpt_path and not self._loaded:
+            self._loaded = True
+            self._pending = self._state.check({})
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Verify every stream of every rank against the plan."""
@@ -105,35 +189,45 @@ class HwrngCallback(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Restore the checkpoint's streams, if one was loaded: see :meth:`load_state_dict`."""
+        self._no_callback_states(trainer)
         if self._pending is None:
             return
-        self._restore_pending()
         fit_loop = trainer.fit_loop
-        if fit_loop.restarted_mid_epoch or fit_loop._combined_loader is None:
+        loaders = [] if fit_loop._combined_loader is None else fit_loop._combined_loader.flattened
+        refuse_persistent_workers(loaders, "HwrngCallback")
+        self._restore_pending()
+        if fit_loop._combined_loader is None:
             return
-        # Resuming at an epoch boundary, Lightning made the epoch's iterator before it set the
-        # samplers' epoch: with workers, a DistributedSampler's indices were already drawn in
-        # epoch 0's order (measured with 2.6.6). Set the epoch and make the iterator again,
-        # from the restored streams, as the uninterrupted run did.
-        for loader in fit_loop._combined_loader.flattened:
-            _set_sampler_epoch(loader, fit_loop.epoch_progress.current.processed)
+        # Lightning made the epoch's iterator before this hook; remake it from the restored
+        # streams, as the uninterrupted run made it (the new one draws its base seed now).
+        # At an epoch boundary, Lightning 2.6.6 made it before it set the samplers' epoch:
+        # with workers, a DistributedSampler replayed epoch 0's order (measured).
+        if not fit_loop.restarted_mid_epoch:
+            for loader in loaders:
+                _set_sampler_epoch(loader, fit_loop.epoch_progress.current.processed)
         iter(fit_loop._data_fetcher)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Outside fitting (``trainer.validate(ckpt_path=...)``), restore the streams here."""
         if trainer.state.fn != "fit":
+            self._no_callback_states(trainer)
             self._restore_pending()
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """``trainer.test(ckpt_path=...)``: restore the streams here."""
+        self._no_callback_states(trainer)
         self._restore_pending()
 
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """``trainer.predict(ckpt_path=...)``: restore the streams here."""
+        self._no_callback_states(trainer)
         self._restore_pending()
 
     def state_dict(self) -> dict[str, Any]:
-        """Every rank's RNG state (a collective: Lightning calls it on every rank)."""
+        """The entry every rank shares; each rank writes its own beside the checkpoint.
+
+        A collective: Lightning calls it on every rank, inside ``save_checkpoint``.
+        """
         return self._state.state_dict()
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -167,13 +261,57 @@ def seed_fabric(
 ) -> Any:
     """For Fabric, after ``fabric.launch()``: seed each rank as :class:`HwrngCallback` does.
 
-    Returns the mesh seeded for (``None`` for a single process). Put an
-    :class:`hwrng.RNGState` (with this mesh, for ``on_mismatch="reseed"``) in
-    the state you give ``fabric.save`` and ``fabric.load``: Fabric calls its
-    ``state_dict`` on every rank and writes rank 0's, as the Trainer does, and
-    calls its ``load_state_dict`` on every rank.
+    Returns the mesh seeded for (``None`` for a single process). Put
+    :func:`fabric_rng_state` in the state you give ``fabric.save`` and
+    :func:`load_fabric`.
     """
     mesh_seeded = seed_world(seed, mesh, sharded_dims, platform)
     if verify:
         check_world(mesh_seeded)
     return mesh_seeded
+
+
+def fabric_rng_state(
+    path: str | os.PathLike[str],
+    *,
+    on_mismatch: OnMismatch = "error",
+    mesh: Any = None,
+    platform: Platform | str | None = None,
+) -> RNGState:
+    """The :class:`hwrng.RNGState` of a Fabric checkpoint at ``path``.
+
+    Fabric calls its ``state_dict`` on every rank and writes rank 0's dict:
+    each rank writes its own entry into :func:`rank_folder` of ``path``, and the
+    checkpoint holds the entry all ranks share. Give it the mesh
+    :func:`seed_fabric` returned, for ``on_mismatch="reseed"``.
+    """
+    return RNGState(
+        on_mismatch=on_mismatch, mesh=mesh, platform=platform, directory=rank_folder(path)
+    )
+
+
+def load_fabric(
+    fabric: Any, path: str | os.PathLike[str], state: dict[str, Any], **kwargs: Any
+) -> dict[str, Any]:
+    """``fabric.load(path, state, **kwargs)``, with each ``RNGState`` of ``state`` voting.
+
+    Fabric skips a state the checkpoint does not hold (``strict=False``) or
+    raises a ``KeyError`` for it; a checkpoint written without hwrng would
+    leave the streams at their seeds. Here Fabric loads everything else, and
+    each ``RNGState`` then gets its entry -- or, where the checkpoint has none,
+    votes on "no entry": refused, or new streams under
+    ``on_mismatch="reseed"``, on every rank alike (call it on every rank, as
+    ``fabric.load``).
+
+    Returns
+    -------
+    dict
+        What ``fabric.load`` returned, less the hwrng entries.
+    """
+    rng = {name: value for name, value in state.items() if isinstance(value, RNGState)}
+    others = {name: value for name, value in state.items() if name not in rng}
+    remaining: dict[str, Any] = fabric.load(path, others, **kwargs)
+    state.update(others)  # Fabric puts plain values it restored into the dict it was given
+    for name, entry_state in rng.items():
+        entry_state.load_state_dict(remaining.pop(name, {}))
+    return remaining

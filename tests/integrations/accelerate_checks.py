@@ -16,7 +16,15 @@ from hwrng.integrations.accelerate import prepare_rng
 SEED = 1234
 
 
-def _run(directory: str, epochs: int, with_hwrng: bool, save_after: int | None, load: bool) -> Any:
+def _run(
+    directory: str,
+    epochs: int,
+    with_hwrng: bool,
+    save_after: int | None,
+    load: bool,
+    on_mismatch: str = "error",
+    save_mid_epoch: bool = False,
+) -> Any:
     # The pool's processes are the ranks; accelerate joins their process group.
     os.environ["LOCAL_RANK"] = os.environ["RANK"]
     os.environ["LOCAL_WORLD_SIZE"] = os.environ["WORLD_SIZE"]
@@ -25,7 +33,7 @@ def _run(directory: str, epochs: int, with_hwrng: bool, save_after: int | None, 
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=SEED),
     )
     if with_hwrng:
-        prepare_rng(accelerator, SEED)
+        prepare_rng(accelerator, SEED, on_mismatch=on_mismatch)  # type: ignore[arg-type]
         worker_init_fn: Any = hwrng.worker_init_fn
     else:
         set_seed(SEED, device_specific=True)  # accelerate's own per-process seeds
@@ -53,6 +61,8 @@ def _run(directory: str, epochs: int, with_hwrng: bool, save_after: int | None, 
             optimizer.step()
             optimizer.zero_grad()
             losses.append(loss.item())
+            if save_mid_epoch:
+                accelerator.save_state(directory)
         if epoch == save_after and not load:
             accelerator.save_state(directory)
     accelerator.wait_for_everyone()
@@ -68,3 +78,31 @@ def train(directory: str, epochs: int, save_after: int, with_hwrng: bool) -> lis
 def resume(directory: str, epochs: int, save_after: int, with_hwrng: bool) -> list[float]:
     """Fresh processes: ``load_state`` and train the remaining epochs."""
     return _run(directory, epochs, with_hwrng, save_after, load=True)
+
+
+def save_in_the_middle_of_an_epoch(directory: str) -> str:
+    """``save_state`` inside the loop: refused on every process, before anything is written."""
+    import os as _os
+
+    try:
+        _run(directory, 1, True, None, load=False, save_mid_epoch=True)
+    except hwrng.CheckpointError as error:
+        written = sorted(_os.listdir(directory)) if _os.path.isdir(directory) else []
+        return f"refused: {error}; written: {written}"
+    return "saved"
+
+
+def resume_without_hwrng_entry(
+    directory: str, epochs: int, save_after: int, on_mismatch: str
+) -> Any:
+    """Load a folder accelerate saved without prepare_rng, with prepare_rng."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            losses = _run(directory, epochs, True, save_after, load=True, on_mismatch=on_mismatch)
+        except hwrng.CheckpointError as error:
+            return f"refused: {error}", []
+    warned = [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]
+    return f"trained {len(losses)} steps", warned

@@ -10,7 +10,7 @@ import torch
 import trainer_data
 
 import hwrng
-from hwrng.integrations.lightning import seed_fabric
+from hwrng.integrations.lightning import fabric_rng_state, load_fabric, seed_fabric
 
 SEED = 1234
 
@@ -40,10 +40,10 @@ def _run(path: str, epochs: int, save_after: int, with_hwrng: bool, load: bool) 
     )
     state: dict[str, Any] = {"model": net, "optimizer": optimizer}
     if with_hwrng:
-        state["rng"] = hwrng.RNGState()
+        state["rng"] = fabric_rng_state(path)  # each rank's own entry beside the checkpoint
     first = 0
     if load:
-        fabric.load(path, state)
+        load_fabric(fabric, path, state)
         first = save_after + 1
     losses = []
     for epoch in range(first, epochs):

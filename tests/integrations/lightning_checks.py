@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import random
+import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 import trainer_data
 
@@ -21,9 +24,11 @@ class Module(pl.LightningModule):
         super().__init__()
         self.net = trainer_data.model()
         self.losses: list[float] = []
+        self.draws: list[float] = []  # the main process's random and NumPy draws, per step
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
+        self.draws += [random.random(), float(np.random.rand())]
         loss = torch.nn.functional.mse_loss(self.net(x), y)
         self.losses.append(loss.item())
         return loss
@@ -32,7 +37,16 @@ class Module(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.05)
 
 
-def _fit(directory: str, epochs: int, with_hwrng: bool, ckpt_path: str | None) -> list[float]:
+def _fit(
+    directory: str,
+    epochs: int,
+    with_hwrng: bool,
+    ckpt_path: str | None,
+    *,
+    on_mismatch: str = "error",
+    persistent_workers: bool = False,
+    module: Module | None = None,
+) -> list[float]:
     # The pool's processes are the ranks: Lightning sees LOCAL_RANK and launches none of its own.
     os.environ["LOCAL_RANK"] = os.environ["RANK"]
     os.environ["NODE_RANK"] = "0"
@@ -40,23 +54,25 @@ def _fit(directory: str, epochs: int, with_hwrng: bool, ckpt_path: str | None) -
         pl.callbacks.ModelCheckpoint(dirpath=directory, filename="{epoch}", save_top_k=-1)
     ]
     if with_hwrng:
-        callbacks.insert(0, HwrngCallback(SEED))
+        callbacks.insert(0, HwrngCallback(SEED, on_mismatch=on_mismatch))  # type: ignore[arg-type]
         worker_init_fn: Any = hwrng.worker_init_fn
     else:
         pl.seed_everything(SEED, workers=True)  # Lightning's own worker seeding
         worker_init_fn = None
-    module = Module()
+    module = module if module is not None else Module()
     loader = torch.utils.data.DataLoader(
         trainer_data.Augmented(),
         batch_size=trainer_data.BATCH,
         shuffle=True,
         num_workers=2,
         worker_init_fn=worker_init_fn,
+        persistent_workers=persistent_workers,
     )
+    world = torch.distributed.get_world_size()
     trainer = pl.Trainer(
         accelerator="cpu",
-        devices=2,
-        strategy="ddp",
+        devices=world,
+        strategy="ddp" if world > 1 else "auto",
         max_epochs=epochs,
         callbacks=callbacks,
         logger=False,
@@ -68,9 +84,11 @@ def _fit(directory: str, epochs: int, with_hwrng: bool, ckpt_path: str | None) -
     return module.losses
 
 
-def train(directory: str, epochs: int, with_hwrng: bool) -> list[float]:
-    """The uninterrupted run; it checkpoints at the end of every epoch."""
-    return _fit(directory, epochs, with_hwrng, None)
+def train(directory: str, epochs: int, with_hwrng: bool) -> tuple[list[float], list[float]]:
+    """The uninterrupted run; it checkpoints at the end of every epoch. Losses and draws."""
+    module = Module()
+    _fit(directory, epochs, with_hwrng, None, module=module)
+    return module.losses, module.draws
 
 
 def resume(directory: str, after_epoch: int, epochs: int, with_hwrng: bool) -> list[float]:
@@ -90,6 +108,39 @@ def resume_refused_on_rank_1(directory: str, after_epoch: int, epochs: int) -> s
         tracker.add("extra", 99)
     try:
         resume(directory, after_epoch, epochs, True)
+    except hwrng.CheckpointError as error:
+        return f"refused: {error}"
+    return "trained"
+
+
+def resume_another_world(
+    directory: str, after_epoch: int, epochs: int, on_mismatch: str
+) -> tuple[str, list[float], list[str]]:
+    """Resume on this pool's world size (another than the saving one): outcome, draws, warnings."""
+    path = str(Path(directory) / f"epoch={after_epoch}.ckpt")
+    module = Module()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            _fit(directory + "-w", epochs, True, path, on_mismatch=on_mismatch, module=module)
+        except hwrng.CheckpointError as error:
+            return f"refused: {error}", [], []
+    warned = [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]
+    return "trained", module.draws, warned
+
+
+def resume_without_hwrng_entry(
+    directory: str, after_epoch: int, epochs: int, on_mismatch: str
+) -> tuple[str, list[float], list[str]]:
+    """Resume a checkpoint Lightning wrote without HwrngCallback, with the callback."""
+    return resume_another_world(directory, after_epoch, epochs, on_mismatch)
+
+
+def resume_with_persistent_workers(directory: str, after_epoch: int, epochs: int) -> str:
+    """Resume with a loader whose workers persist across epochs: refused on every rank."""
+    path = str(Path(directory) / f"epoch={after_epoch}.ckpt")
+    try:
+        _fit(directory + "-p", epochs, True, path, persistent_workers=True)
     except hwrng.CheckpointError as error:
         return f"refused: {error}"
     return "trained"

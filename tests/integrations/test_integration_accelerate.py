@@ -99,3 +99,29 @@ def test_accelerate_alone_unreadable_rng_files_resume_bit_for_bit(
 ) -> None:
     resumed, expected = _resumed(trained, fresh, False, corrupt=True)
     assert resumed == expected
+
+
+def test_a_save_in_the_middle_of_an_epoch_is_refused(
+    tmp_path_factory: pytest.TempPathFactory, fresh: DistributedPool
+) -> None:
+    """accelerate's loader has drawn the next batch already: a resume would be one batch off
+    (measured: 0 of 12 steps alike, with and without hwrng)."""
+    directory = str(tmp_path_factory.mktemp("mid") / "state")
+    outcomes = fresh.run(checks.save_in_the_middle_of_an_epoch, directory)
+    for outcome in outcomes:
+        assert outcome.startswith("refused: prepare_rng: refusing save_state in the middle"), (
+            outcome
+        )
+        assert outcome.endswith("written: []"), outcome  # accelerate made the folder, no more
+
+
+def test_a_folder_saved_without_prepare_rng_is_refused_or_starts_new_streams(
+    trained: dict[bool, tuple[str, list[list[float]]]], fresh: DistributedPool
+) -> None:
+    directory, _ = trained[False]
+    refused = fresh.run(checks.resume_without_hwrng_entry, directory, EPOCHS, SAVE_AFTER, "error")
+    assert all("holds no hwrng entry" in outcome for outcome, _ in refused), refused
+    reseeded = fresh.run(checks.resume_without_hwrng_entry, directory, EPOCHS, SAVE_AFTER, "reseed")
+    for outcome, warned in reseeded:
+        assert outcome == f"trained {STEPS} steps", outcome
+        assert any("new streams" in w for w in warned) and any("random_states" in w for w in warned)

@@ -28,11 +28,16 @@ STEPS = trainer_data.ITEMS // (2 * trainer_data.BATCH)
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, tuple[str, list[list[float]]]]:
     runs = {}
-    with DistributedPool(2, timeout=300) as pool:
+    with DistributedPool(2, timeout=300) as pool:  # every rank's losses; draws kept aside
         for with_hwrng in (True, False):
             directory = str(tmp_path_factory.mktemp(f"lightning-{with_hwrng}") / "ckpt")
-            runs[with_hwrng] = (directory, pool.run(checks.train, directory, EPOCHS, with_hwrng))
+            results = pool.run(checks.train, directory, EPOCHS, with_hwrng)
+            runs[with_hwrng] = (directory, [losses for losses, _ in results])
+            draws[with_hwrng] = {d for _, per_rank in results for d in per_rank}
     return runs
+
+
+draws: dict[bool, set[float]] = {}
 
 
 fresh = pool_fixture(2, timeout=300, name="fresh")
@@ -82,3 +87,44 @@ def test_when_one_rank_refuses_the_checkpoint_every_rank_refuses_before_training
     outcomes = fresh.run(checks.resume_refused_on_rank_1, directory, RESUME_AFTER, EPOCHS)
     assert outcomes[1].startswith("refused: live tracker(s) ['lightning-only-on-rank-1']"), outcomes
     assert outcomes[0].startswith("refused: rank 1 refused"), outcomes
+
+
+def test_a_checkpoint_written_without_hwrng_is_refused_or_starts_new_streams(
+    trained: dict[bool, tuple[str, list[list[float]]]], fresh: DistributedPool
+) -> None:
+    directory, _ = trained[False]
+    refused = fresh.run(checks.resume_without_hwrng_entry, directory, RESUME_AFTER, EPOCHS, "error")
+    for outcome, _, _ in refused:
+        assert outcome.startswith(
+            "refused: refusing to go on from the seed: the checkpoint holds no hwrng entry"
+        ), outcome
+    reseeded = fresh.run(
+        checks.resume_without_hwrng_entry, directory, RESUME_AFTER, EPOCHS, "reseed"
+    )
+    for outcome, resumed, warned in reseeded:
+        assert outcome == "trained"
+        assert len(warned) == 1 and "new streams, which repeat nothing" in warned[0]
+        assert resumed and not set(resumed) & draws[False], "a draw of the saved run repeated"
+
+
+def test_persistent_workers_are_refused_at_a_resume(
+    trained: dict[bool, tuple[str, list[list[float]]]], fresh: DistributedPool
+) -> None:
+    directory, _ = trained[True]
+    outcomes = fresh.run(checks.resume_with_persistent_workers, directory, RESUME_AFTER, EPOCHS)
+    assert all("persistent_workers=True" in o for o in outcomes), outcomes
+
+
+@pytest.mark.parametrize("world", [4, 1], ids=["2 -> 4", "2 -> 1"])
+def test_reseed_on_another_world_size_repeats_no_draw_of_the_saved_run(
+    trained: dict[bool, tuple[str, list[list[float]]]], world: int
+) -> None:
+    directory, _ = trained[True]
+    with DistributedPool(world, timeout=300) as pool:
+        refused = pool.run(checks.resume_another_world, directory, RESUME_AFTER, EPOCHS, "error")
+        assert all(o.startswith("refused: refusing to restore") for o, _, _ in refused), refused
+        reseeded = pool.run(checks.resume_another_world, directory, RESUME_AFTER, EPOCHS, "reseed")
+    for outcome, resumed, warned in reseeded:
+        assert outcome == "trained"
+        assert len(warned) == 1 and "written by 2 rank(s)" in warned[0], warned
+        assert resumed and not set(resumed) & draws[True], "a draw of the saved run repeated"

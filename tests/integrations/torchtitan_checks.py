@@ -48,7 +48,32 @@ class NoSchedulers:
         del state_dict
 
 
-def _run(directory: str, steps: int, save_at: int, with_hwrng: bool, load: bool) -> list[float]:
+def _loader(with_hwrng: bool, sampler: Any, kind: str, workers: int) -> Any:
+    """A plain DataLoader, or torchtitan's own (a torchdata StatefulDataLoader)."""
+    options: dict[str, Any] = {"batch_size": trainer_data.BATCH, "sampler": sampler}
+    if workers:
+        options.update(
+            num_workers=workers, worker_init_fn=hwrng.worker_init_fn if with_hwrng else None
+        )
+    if kind == "titan":
+        from torchtitan.components.dataloader import ParallelAwareDataloader
+
+        rank = torch.distributed.get_rank()
+        return ParallelAwareDataloader(
+            trainer_data.Augmented(), dp_rank=rank, dp_world_size=2, **options
+        )
+    return torch.utils.data.DataLoader(trainer_data.Augmented(), **options)
+
+
+def _run(
+    directory: str,
+    steps: int,
+    save_at: int,
+    with_hwrng: bool,
+    load: bool,
+    kind: str = "plain",
+    workers: int = 2,
+) -> list[float]:
     # On the CPU, set_determinism's DTensor seeding fails inside torch (device_count() is 0);
     # its pipeline-only path (world size == pp) seeds per stage and skips DTensor: use that.
     dims = ParallelDims(dp_replicate=1, dp_shard=1, cp=1, tp=1, pp=2, ep=1, world_size=2)
@@ -60,13 +85,7 @@ def _run(directory: str, steps: int, save_at: int, with_hwrng: bool, load: bool)
     ddp = torch.nn.parallel.DistributedDataParallel(net)
     optimizers = Optimizers(net)
     sampler = torch.utils.data.DistributedSampler(trainer_data.Augmented(), seed=SEED)
-    loader = torch.utils.data.DataLoader(
-        trainer_data.Augmented(),
-        batch_size=trainer_data.BATCH,
-        sampler=sampler,
-        num_workers=2,
-        worker_init_fn=hwrng.worker_init_fn if with_hwrng else None,
-    )
+    loader = _loader(with_hwrng, sampler, kind, workers)
     checkpointer = CheckpointManager(
         CheckpointManager.Config(
             enable=True,
@@ -75,7 +94,7 @@ def _run(directory: str, steps: int, save_at: int, with_hwrng: bool, load: bool)
             keep_latest_k=0,
             last_save_model_only=False,
         ),
-        dataloader=None,
+        dataloader=loader if kind == "titan" else None,
         model_parts=[net],
         optimizers=optimizers,
         lr_schedulers=NoSchedulers(),
@@ -86,10 +105,13 @@ def _run(directory: str, steps: int, save_at: int, with_hwrng: bool, load: bool)
     if with_hwrng:
         hwrng_titan.attach(checkpointer)
     step, losses = 0, []
+    per_epoch = trainer_data.ITEMS // (2 * trainer_data.BATCH)
     if load:
+        # torchtitan's loader makes its iterator as it is restored (before the streams come
+        # back): the sampler's epoch must be set before the load, not after it
+        sampler.set_epoch(save_at // per_epoch)
         assert checkpointer.load(step=save_at)
         step = save_at
-    per_epoch = len(loader)
     while step < steps:
         epoch = step // per_epoch
         sampler.set_epoch(epoch)
@@ -106,11 +128,25 @@ def _run(directory: str, steps: int, save_at: int, with_hwrng: bool, load: bool)
     return losses
 
 
-def train(directory: str, steps: int, save_at: int, with_hwrng: bool) -> list[float]:
+def train(
+    directory: str,
+    steps: int,
+    save_at: int,
+    with_hwrng: bool,
+    kind: str = "plain",
+    workers: int = 2,
+) -> list[float]:
     """The uninterrupted run; torchtitan's checkpointer saves at step ``save_at``."""
-    return _run(directory, steps, save_at, with_hwrng, load=False)
+    return _run(directory, steps, save_at, with_hwrng, False, kind, workers)
 
 
-def resume(directory: str, steps: int, save_at: int, with_hwrng: bool) -> list[float]:
+def resume(
+    directory: str,
+    steps: int,
+    save_at: int,
+    with_hwrng: bool,
+    kind: str = "plain",
+    workers: int = 2,
+) -> list[float]:
     """Fresh processes: load step ``save_at`` through the checkpointer and train on."""
-    return _run(directory, steps, save_at, with_hwrng, load=True)
+    return _run(directory, steps, save_at, with_hwrng, True, kind, workers)

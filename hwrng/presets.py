@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hwrng._exceptions import MeshError, TrackerError
-from hwrng._plan import SeedDim, Seeding
+from hwrng._plan import ANY_STATE, SeedDim, Seeding
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
 from hwrng._seeding import apply_seeding, manual_seed
@@ -197,10 +197,24 @@ def megatron_manual_seed(
         MEGATRON_EXPERT_PARALLEL_RNG: seeds.expert_parallel,
     }
     _check_tracker(target, streams)
-    dims = [SeedDim("pp", _rank(pp_rank, "pp_rank"), 100)]
-    if data_parallel_random_init:
-        dims.append(SeedDim("dp", _rank(dp_rank, "dp_rank"), 10))
-    apply_seeding(Seeding(check_seed(seed), tuple(dims), resolved.name, "megatron"), resolved)
+    # pp (and dp) enter the seed; tp, ep and etp only the named streams: recorded with weight
+    # 0, so that hwrng.verify knows along which of them each named stream should differ.
+    dp = ("dp",) if data_parallel_random_init else ()
+    dims = (
+        SeedDim("pp", _rank(pp_rank, "pp_rank"), 100),
+        SeedDim("dp", _rank(dp_rank, "dp_rank"), 10 if data_parallel_random_init else 0),
+        SeedDim("tp", _rank(tp_rank, "tp_rank"), 0),
+        SeedDim("ep", _rank(ep_rank, "ep_rank"), 0),
+        SeedDim("etp", _rank(etp_rank, "etp_rank"), 0),
+    )
+    named = (
+        (f"{target.name}/{MEGATRON_DATA_PARALLEL_RNG}", ("pp", *dp)),
+        (f"{target.name}/{MEGATRON_MODEL_PARALLEL_RNG}", ("pp", *dp, "tp")),
+        (f"{target.name}/{MEGATRON_EXPERT_PARALLEL_RNG}", ("pp", *dp, "ep", "etp")),
+        (ANY_STATE, ("pp", *dp, "tp")),  # a model-parallel stream of the user's own
+    )
+    plan = Seeding(check_seed(seed), dims, resolved.name, "megatron", named=named)
+    apply_seeding(plan, resolved)
     target.reset()
     for name, stream_seed in streams.items():
         target.add(name, stream_seed)
@@ -293,7 +307,13 @@ def slapo_set_random_seed(
         dims.append(SeedDim("pp", _rank(pp_rank, "pp_rank"), 100))
     if dp_rank is not None:
         dims.append(SeedDim("dp", _rank(dp_rank, "dp_rank"), 10))
-    apply_seeding(Seeding(check_seed(seed), tuple(dims), resolved.name, "slapo"), resolved)
+    named: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    if tp_rank is not None:  # known: recorded (weight 0) for hwrng.verify to judge named states
+        dims.append(SeedDim("tp", _rank(tp_rank, "tp_rank"), 0))
+        along = (*(d.name for d in dims),)
+        named = ((f"{target.name}/{MEGATRON_MODEL_PARALLEL_RNG}", along), (ANY_STATE, along))
+    plan = Seeding(check_seed(seed), tuple(dims), resolved.name, "slapo", named=named)
+    apply_seeding(plan, resolved)
     if seeds.tensor_parallel is not None:
         if seeds.default != seeds.seed:
             resolved.manual_seed_all(seeds.default)

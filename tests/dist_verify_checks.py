@@ -218,3 +218,18 @@ def outside_the_group() -> str:
     except hwrng.HwrngError as error:
         return f"{type(error).__name__}: {error}"
     return f"report over {report.world_size} ranks, ok={report.ok}"
+
+
+def slapo_named_state() -> dict[str, Any]:
+    """slapo without a tp_rank on pp=2 x tp=2: it cannot know the tensor-parallel peers."""
+    from hwrng import presets
+
+    mesh = _mesh_2x2(("pp", "tp"))
+    pp = mesh.get_coordinate()[0]  # type: ignore[index]
+    presets.slapo_set_random_seed(1234, pp_rank=pp, platform="cpu")
+    tracker = hwrng.RNGStatesTracker("cpu", name="user")
+    tracker.add("my-tp-rng", 999 + 100 * pp)
+    try:
+        return _outcome(hwrng.verify())
+    finally:
+        del tracker

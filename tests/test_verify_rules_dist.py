@@ -82,11 +82,23 @@ def test_plans_on_submeshes_of_one_shape_agree(pool: DistributedPool) -> None:
     assert result["ok"], result["text"]
 
 
-def test_after_megatron_named_states_are_reported_unjudged(pool: DistributedPool) -> None:
+def test_after_megatron_a_named_state_is_judged_along_tp(pool: DistributedPool) -> None:
+    """The preset is given tp_rank: a state with one seed on both tp ranks fails."""
     result = _one_verdict(pool.run(checks.megatron_named_state, False))
+    assert set(result["failures"]) == {"state:user/my-tp-rng"}, result["text"]
+    ranks, problems = result["failures"]["state:user/my-tp-rng"]
+    assert ranks == [0, 1, 2, 3]
+    assert problems[0].startswith("shards draw alike: rank 0, rank 1"), problems
+    assert not result["unjudged"], "the preset's own streams are judged by what they differ along"
+
+
+def test_after_a_preset_without_tp_named_states_are_reported_unjudged(
+    pool: DistributedPool,
+) -> None:
+    result = _one_verdict(pool.run(checks.slapo_named_state))
     assert result["ok"], result["text"]
     assert result["unjudged"]["state:user/my-tp-rng"].startswith(
-        "ranks that the megatron plan (its terms: pp) does not tell apart were not compared"
+        "ranks that the slapo plan (its terms: pp) does not tell apart were not compared"
     )
     assert "PARTLY" in result["text"] and "not judged: " in result["text"]
 

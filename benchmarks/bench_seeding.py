@@ -1,8 +1,10 @@
 """Seeding and verifying eight real gloo ranks (dp2 x pp2 x tp2, seeds sharded along pp and tp).
 
 Baselines measured in the same run, on the same ranks: ``torch.manual_seed``
-(what a job does without hwrng) for seeding, and a bare ``all_gather`` of the
-64 bytes per rank that :func:`hwrng.verify` exchanges, for verifying.
+(what a job does without hwrng) for seeding, and, for verifying, a bare
+``all_gather`` of 64 bytes per rank over the world -- the one collective
+:func:`hwrng.verify` made before it compared ranks along the mesh's dims (now
+four small reductions and one gather of the tp ranks on this mesh).
 """
 
 from __future__ import annotations

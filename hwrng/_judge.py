@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from hwrng._agreement import Claim, Finding, Kind, Problem, find_violations
 from hwrng._collectives import MESSAGE_BYTES, Comm, digest62, distributed
-from hwrng._mesh import MeshLayout
+from hwrng._mesh import MeshLayout, mesh_tensor
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -112,7 +112,7 @@ class Topology:
 def mesh_identity(mesh: DeviceMesh) -> int:
     """A digest of a mesh's dim names, shape and ranks (ranks must agree on their topology)."""
     names = repr((tuple(mesh.mesh_dim_names or ()), tuple(mesh.shape))).encode()
-    return digest62(names, mesh.mesh.contiguous().numpy())
+    return digest62(names, mesh_tensor(mesh))
 
 
 @dataclass(frozen=True)

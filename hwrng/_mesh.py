@@ -107,16 +107,19 @@ def mesh_dim_names(mesh: DeviceMesh) -> tuple[str, ...]:
 
 
 def mesh_tensor(mesh: DeviceMesh) -> Any:
-    """The global ranks of a DeviceMesh as a flat int64 tensor (read for real while tracing)."""
+    """The global ranks of a DeviceMesh as a flat int64 array (read for real while tracing)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():  # under torch.compile the mesh tensor is a real one
-        return mesh.mesh.flatten().contiguous()
+        return mesh.mesh.flatten().contiguous().numpy()
 
 
 def mesh_ranks(mesh: DeviceMesh) -> tuple[int, ...]:
     """The global ranks of a DeviceMesh, row-major (a tuple as long as the mesh)."""
-    return tuple(int(r) for r in mesh_tensor(mesh).tolist())
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # under torch.compile the mesh tensor is a real one
+        return tuple(int(r) for r in mesh.mesh.flatten().tolist())
 
 
 def mesh_sizes(mesh: object) -> dict[str, int]:
@@ -162,10 +165,12 @@ class MeshLayout:
         world-sized mesh stays a few words.
         """
         import torch
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-        flat = mesh_tensor(mesh)
-        identity = torch.equal(flat, torch.arange(flat.numel(), dtype=flat.dtype))
-        ranks = None if identity else tuple(int(r) for r in flat.tolist())
+        with unset_fake_temporarily():  # under torch.compile the mesh tensor is a real one
+            flat = mesh.mesh.flatten()
+            identity = torch.equal(flat, torch.arange(flat.numel(), dtype=flat.dtype))
+            ranks = None if identity else tuple(int(r) for r in flat.tolist())
         return cls(mesh_dim_names(mesh), tuple(mesh.shape), ranks)
 
     @property

@@ -276,7 +276,7 @@ def _dtensor_stream(platform: Platform, seeding: Seeding | None, mesh: Any) -> _
     generator = platform.generator()
     own_seed, offset = platform.counter.peek(generator)
     meshes = [mesh] if mesh is not None else meshes_in_use()
-    mesh_key = digest62(*(mesh_tensor(m).numpy() for m in meshes))
+    mesh_key = digest62(*(mesh_tensor(m) for m in meshes))
     if seeding is None:
         # seeded by other means: DTensor ops should agree across each mesh
         seed_key, actual = 0, own_seed.to_bytes(8, "little")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ from lightning.fabric.utilities.data import _set_sampler_epoch
 
 from hwrng._checkpoint import OnMismatch
 from hwrng._dcp import RNGState
+from hwrng._exceptions import HwrngWarning
 from hwrng._platform import Platform
 from hwrng.integrations._world import (
     MeshLike,
@@ -205,6 +207,16 @@ class HwrngCallback(pl.Callback):
         if not fit_loop.restarted_mid_epoch:
             for loader in loaders:
                 _set_sampler_epoch(loader, fit_loop.epoch_progress.current.processed)
+        elif any(not callable(getattr(loader, "state_dict", None)) for loader in loaders):
+            warnings.warn(
+                "hwrng: resumed in the middle of an epoch with a DataLoader that keeps no "
+                "position: Lightning serves the epoch's first batches again (measured with "
+                "2.6.6), so the data differ from the uninterrupted run's although every RNG "
+                "stream was restored; checkpoint at epoch ends, or use a stateful loader "
+                "(torchdata's StatefulDataLoader)",
+                HwrngWarning,
+                stacklevel=2,
+            )
         iter(fit_loop._data_fetcher)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -51,7 +51,10 @@ def _fit(
     os.environ["LOCAL_RANK"] = os.environ["RANK"]
     os.environ["NODE_RANK"] = "0"
     callbacks: list[pl.Callback] = [
-        pl.callbacks.ModelCheckpoint(dirpath=directory, filename="{epoch}", save_top_k=-1)
+        pl.callbacks.ModelCheckpoint(dirpath=directory, filename="{epoch}", save_top_k=-1),
+        pl.callbacks.ModelCheckpoint(
+            dirpath=directory, filename="{step}", every_n_train_steps=1, save_top_k=-1
+        ),
     ]
     if with_hwrng:
         callbacks.insert(0, HwrngCallback(SEED, on_mismatch=on_mismatch))  # type: ignore[arg-type]
@@ -144,3 +147,12 @@ def resume_with_persistent_workers(directory: str, after_epoch: int, epochs: int
     except hwrng.CheckpointError as error:
         return f"refused: {error}"
     return "trained"
+
+
+def resume_mid_epoch(directory: str, step: int, epochs: int) -> list[str]:
+    """Resume from a checkpoint in the middle of an epoch: the warnings hwrng gave."""
+    path = str(Path(directory) / f"step={step}.ckpt")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(directory + "-m", epochs, True, path)
+    return [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]

@@ -128,3 +128,11 @@ def test_reseed_on_another_world_size_repeats_no_draw_of_the_saved_run(
         assert outcome == "trained"
         assert len(warned) == 1 and "written by 2 rank(s)" in warned[0], warned
         assert resumed and not set(resumed) & draws[True], "a draw of the saved run repeated"
+
+
+def test_a_mid_epoch_resume_with_a_plain_loader_warns_that_lightning_replays_its_batches(
+    trained: dict[bool, tuple[str, list[list[float]]]], fresh: DistributedPool
+) -> None:
+    directory, _ = trained[True]
+    warned = fresh.run(checks.resume_mid_epoch, directory, 1, EPOCHS)
+    assert all(any("serves the epoch's first batches again" in w for w in ws) for ws in warned)

@@ -164,9 +164,15 @@ class _LineFindings:
 
 
 def _judge_line(
-    line: Line, row: list[int], checks: int, topology: Topology
+    line: Line, row: list[int], checks: int, topology: Topology, *, gather: bool = False
 ) -> tuple[_LineFindings | None, list[bool]]:
-    """Steps 1 and 2 along one line; also whether each check required agreement on it."""
+    """Steps 1 and 2 along one line; also whether each check required agreement on it.
+
+    ``gather``: the caller knows the keys differ along this line (it shards),
+    so the reduction of step 1 is skipped and every check is judged from rows.
+    """
+    if gather:
+        return _gathered(line, row, list(range(checks)), topology), [False] * checks
     high = line.comm.max(row, negated=row)
     low = high[len(row) :]
     equal = [False] * checks
@@ -182,6 +188,11 @@ def _judge_line(
                 needed.append(check)
     if not needed:
         return None, equal
+    return _gathered(line, row, needed, topology), equal
+
+
+def _gathered(line: Line, row: list[int], checks: list[int], topology: Topology) -> _LineFindings:
+    """Step 2: gather the line's rows and judge ``checks`` from them."""
     rows = line.comm.gather_rows(row)
     ranks = line.comm.global_ranks()
     findings = {
@@ -189,9 +200,9 @@ def _judge_line(
             {rank: _claim(member, check) for rank, member in zip(ranks, rows, strict=True)},
             topology.name,
         )
-        for check in needed
+        for check in checks
     }
-    return _LineFindings(line, ranks, findings), equal
+    return _LineFindings(line, ranks, findings)
 
 
 def _shown(problem: Problem, dim: str) -> str:
@@ -221,10 +232,14 @@ class _Walk:
     judged: list[_LineFindings]
 
 
-def _walk(row: list[int], checks: int, topology: Topology, me: int) -> _Walk:
+def _walk(
+    row: list[int], checks: int, topology: Topology, me: int, gather: frozenset[str]
+) -> _Walk:
     walk = _Walk([False] * checks, [False] * checks, [False] * checks, [])
     for line in topology.lines:
-        found, required = _judge_line(line, row, checks, topology)
+        found, required = _judge_line(
+            line, row, checks, topology, gather=bool(line.dim) and line.dim in gather
+        )
         walk.equal = [a or b for a, b in zip(walk.equal, required, strict=True)]
         if found is None:
             continue
@@ -260,7 +275,13 @@ def _reports(walk: _Walk, me: int) -> list[tuple[int, str, Problem]]:
     return reports
 
 
-def judge(claims: Sequence[Claim], topology: Topology, *, shown: int = 16) -> list[Judged]:
+def judge(
+    claims: Sequence[Claim],
+    topology: Topology,
+    *,
+    shown: int = 16,
+    gather: frozenset[str] = frozenset(),
+) -> list[Judged]:
     """Judge every rank's ``claims`` (one per check, the same checks on every rank).
 
     A collective over ``topology.whole``: every rank must call it with as many
@@ -274,6 +295,10 @@ def judge(claims: Sequence[Claim], topology: Topology, *, shown: int = 16) -> li
         The lines this rank is compared along.
     shown
         At most this many ranks report the problems they found, lowest first.
+    gather
+        Mesh dims along which keys are known to differ (the dims that shard, on
+        every rank alike): their lines gather at once, without the reduction
+        that would only find that out.
 
     Returns
     -------
@@ -282,7 +307,7 @@ def judge(claims: Sequence[Claim], topology: Topology, *, shown: int = 16) -> li
     """
     checks = len(claims)
     me = _global_rank()
-    walk = _walk(_row(claims), checks, topology, me)
+    walk = _walk(_row(claims), checks, topology, me, gather)
     reports = _reports(walk, me)
     counts = [sum(1 for check, _, _ in reports if check == c) for c in range(checks)]
     totals = topology.whole.sum([*map(int, walk.equal), *map(int, walk.apart), *counts])

@@ -375,6 +375,7 @@ class _Fingerprint:
     plan_words: str
     groups: list[int]
     preset: str | None
+    sharded: frozenset[str]  # mesh dims along which replica keys differ (gathered at once)
 
 
 def _world_size() -> int:
@@ -434,6 +435,12 @@ def _fingerprint(
     if seeding is not None and seeding.source not in _LAYOUT_SOURCES:
         terms = ", ".join(d.name for d in seeding.dims if d.weight) or "none"
         preset = f"the {seeding.source} plan (its terms: {terms})"
+    if sharded_dims is not None:
+        sharded = frozenset(sharded_dims)
+    elif seeding is not None and seeding.source in _LAYOUT_SOURCES:
+        sharded = frozenset(d.name for d in seeding.dims if d.weight and (d.size or 0) > 1)
+    else:
+        sharded = frozenset()
     return _Fingerprint(
         chosen,
         claims,
@@ -444,6 +451,7 @@ def _fingerprint(
         plan_words,
         groups,
         preset,
+        sharded,
     )
 
 
@@ -619,7 +627,7 @@ def verify(
             topology.layout = layout
     else:
         topology = fallback
-    judged = judge(fingerprint.claims, topology, shown=SHOWN)
+    judged = judge(fingerprint.claims, topology, shown=SHOWN, gather=fingerprint.sharded)
     return _report(
         whole,
         me,

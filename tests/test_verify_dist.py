@@ -30,10 +30,10 @@ def test_a_correct_run_passes(
     results = pool.run(checks.scenario, "none", sharded)
     result = _same_everywhere(results)
     assert result["ok"], result["text"]
-    # The whole group: one reduction before and one after; each mesh dim: one reduction, and
-    # a gather (of its own ranks' rows) only along the dims whose ranks should differ.
-    # On the mesh dp=4 x tp=2 of 8 ranks, a gather is as large as its dim, never the world.
-    expected = {"c10d.allreduce_": 4, "c10d.allgather_": len(gathers)}
+    # The whole group: one reduction before and one after. Each mesh dim whose ranks should
+    # be replicas: one reduction; each dim that shards: a gather of its own ranks' rows --
+    # on the mesh dp=4 x tp=2 of 8 ranks, never a gather over the world.
+    expected = {"c10d.allreduce_": 2 + 2 - len(gathers), "c10d.allgather_": len(gathers)}
     assert all(r["collectives"] == {k: n for k, n in expected.items() if n} for r in results)
     assert all(r["gathered_from"] == gathers for r in results)
     assert result["streams"] == [

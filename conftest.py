@@ -1,9 +1,11 @@
-"""Collection rules for runs from the repository root: hwrng's docstring examples.
+"""Collection rules for runs from the repository root: the docstring examples.
 
-``--doctest-modules`` (pyproject) collects the examples of every module under
-``hwrng``; a module whose optional dependency is not importable here is left out,
-decided by looking the dependency up, not by a fixed list of machines. The
-conformance suite is collected as tests through its own testpath, not twice.
+``--doctest-modules`` (pyproject) collects the examples of every module of every
+distribution of the repository (``hwrng``, ``backends/*/src``, ``conformance/src``);
+a module whose optional dependency is not importable here is left out, decided
+by looking the dependency up, not by a fixed list of machines. The conformance
+suite (``conformance/src/hwrng_conformance/suite``) runs as tests on the CPU
+backend, through the plugin the root configuration loads.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def _missing(name: str) -> bool:
 
 
 _NEEDS = {
-    "hwrng/backends/npu": "torch_npu",
+    "backends/npu/src": "torch_npu",
     "hwrng/_philox/_triton.py": "triton",
     "hwrng/integrations/lightning.py": "lightning",
     "hwrng/integrations/accelerate.py": "accelerate",

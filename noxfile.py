@@ -8,6 +8,7 @@ narrow a cell with pytest arguments after ``--`` (``nox -s tests -- tests/test_c
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import nox
@@ -66,14 +67,18 @@ CELLS: dict[str, Cell] = {
 }
 
 
+#: Every distribution of the repository, editable, as ``./setup.sh`` installs them.
+SIBLINGS = ("-e", "./conformance", "-e", "./backends/cuda", "-e", "./backends/npu")
+
+
 def _install(session: nox.Session, cell: Cell) -> None:
-    """Install the cell's torch and hwrng with its test extra in one pip command.
+    """Install the cell's torch and every distribution with hwrng's test extra in one command.
 
     One command, so that pip resolves hwrng's ``torch>=`` against the torch just
     named instead of reinstalling a capped one on a second command.
     """
     env = {"PIP_CONSTRAINT": "/dev/null"} if cell.unconstrained else {}
-    session.install(cell.requirement, "-e", ".[test]", env=env)
+    session.install(cell.requirement, "-e", ".[test]", *SIBLINGS, env=env)
 
 
 @nox.session
@@ -91,15 +96,16 @@ def tests(session: nox.Session, torch: str) -> None:
     session.run("python", "-m", "pytest", "-q", *(session.posargs or cell.selection))
 
 
-#: The torch the trainer integrations are tested with (the releases pinned in the extras
-#: ``lightning``, ``accelerate`` and ``torchtitan`` install with it).
+#: The torch the trainer integrations are tested with, and the exact releases tested (the
+#: extras ``lightning``, ``accelerate`` and ``torchtitan`` admit a range around them).
 TRAINERS_TORCH = "torch==2.13.0+cpu"
+TRAINERS = ("lightning==2.6.6", "accelerate==1.15.0", "torchtitan==0.3.0")
 
 
 @nox.session
 def trainers(session: nox.Session) -> None:
     """``hwrng.integrations`` against the pinned Lightning, accelerate and torchtitan (CPU)."""
-    session.install(TRAINERS_TORCH, "-e", ".[test,lightning,accelerate,torchtitan]")
+    session.install(TRAINERS_TORCH, *TRAINERS, "-e", ".[test]", *SIBLINGS)
     session.env.pop("PYTHONPATH", None)
     session.run("python", "-m", "pytest", "-q", *(session.posargs or ("tests/integrations",)))
 
@@ -123,3 +129,70 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict", "--site-dir", "site")
     tests = session.posargs or ("tests/test_docs_build.py",)
     session.run("python", "-m", "pytest", "-q", *tests, env={"HWRNG_DOCS_SITE": "site"})
+
+
+#: Where ``nox -s wheels`` builds the distributions.
+WHEELHOUSE = ".nox/wheelhouse"
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """Every distribution as a user and a vendor get it: built wheels, not editable installs.
+
+    Builds the four wheels, then in this session's clean venv: the root wheel
+    alone seeds on the CPU; with every wheel, ``hwrng backends`` names each
+    backend's distribution, ``hwrng conformance --backend cpu`` and ``hwrng
+    check`` pass, and so does the out-of-tree example backend's conformance.
+    """
+    import shutil
+
+    shutil.rmtree(WHEELHOUSE, ignore_errors=True)
+    # What the wheels need from the registry; the wheels themselves come from the wheelhouse
+    # alone (--no-index), so that no release of the same name on the registry stands in.
+    session.install(DOCS_TORCH, "numpy>=1.26", "pluggy>=1.5", "pytest>=8.0", "setuptools>=64")
+    session.install("wheel")
+    for project in (".", "./conformance", "./backends/cuda", "./backends/npu", f"./{EXAMPLE}"):
+        session.run(
+            "python",
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            WHEELHOUSE,
+            project,
+        )
+    session.env.pop("PYTHONPATH", None)
+    wheelhouse = os.path.abspath(WHEELHOUSE)
+    session.chdir(session.create_tmp())  # nothing of the checkout on sys.path
+    # a venv reused from an earlier run: none of ours installed before the root wheel alone
+    ours = ("hwrng", "hwrng-cuda", "hwrng-npu", "hwrng-conformance", "hwrng-example-vcpu")
+    session.run("python", "-m", "pip", "uninstall", "--yes", *ours)
+    session.install("--no-index", "--find-links", wheelhouse, "hwrng")
+    session.run("python", "-c", ALONE)
+    session.install(
+        "--no-index",
+        "--find-links",
+        wheelhouse,
+        "hwrng[cuda,npu,conformance]",
+        "hwrng-example-vcpu",
+    )
+    session.run("python", "-c", "import hwrng, sys; print(hwrng.__file__)")
+    session.run("hwrng", "backends")
+    session.run("hwrng", "conformance", "--backend", "cpu", "--nproc", "2")
+    session.run("hwrng", "conformance", "--backend", "vcpu", "--nproc", "2")
+    session.run("hwrng", "check", "--nproc", "4")
+
+
+#: The out-of-tree example backend, built and conformance-checked by ``nox -s wheels``.
+EXAMPLE = "examples/hwrng-example-vcpu"
+
+#: What the root wheel alone must do: seed on the CPU, with no other distribution installed.
+ALONE = """
+import importlib.util, hwrng, torch
+assert importlib.util.find_spec("hwrng_cuda") is None, "the root wheel alone"
+seed = hwrng.manual_seed(1234, platform="cpu")
+state = hwrng.state_dict()
+print("hwrng", hwrng.__version__, "alone seeds:", seed, [p.name for p in hwrng.list_platforms()])
+"""

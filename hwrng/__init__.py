@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from hwrng._checkpoint import load, load_state_dict, save, state_dict
 from hwrng._counters import CounterView, PhiloxCounter
 from hwrng._dcp import RNGState
+from hwrng._device_module import DeviceModule, DeviceModulePlatform
 from hwrng._exceptions import (
     AmbiguousBackendError,
     BackendError,
@@ -49,7 +50,7 @@ from hwrng._exceptions import (
 from hwrng._fork import fork_rng, isolate_rng
 from hwrng._host import MersenneCounter, host_counter, mersenne_state
 from hwrng._plan import SeedDim, Seeding, rank_seed, seed_plan
-from hwrng._platform import DeviceLike, DeviceModulePlatform, Platform
+from hwrng._platform import DeviceLike, Platform
 from hwrng._registry import (
     BrokenPlugin,
     PlatformInfo,
@@ -100,6 +101,7 @@ __all__ = [
     "CounterView",
     "DTensorHookError",
     "DeviceLike",
+    "DeviceModule",
     "DeviceModulePlatform",
     "DistributedError",
     "DuplicateBackendError",

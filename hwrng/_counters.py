@@ -15,6 +15,7 @@ torch's Mersenne-Twister CPU generator.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -79,12 +80,24 @@ class PhiloxCounter(CounterView):
     with the device or copies state through device memory. Generators that lack
     the offset API but keep the 16-byte ``(uint64 seed, int64 offset)`` state of
     CUDA and Ascend NPU are read and written through that state instead.
+
+    Parameters
+    ----------
+    capturing
+        Says whether the current stream is being captured into a graph (the
+        platform's :meth:`~hwrng.Platform.stream_capturing`): the offset API is
+        then off limits. By default nothing is ever captured.
     """
 
     STATE_BYTES = 16
 
-    def __init__(self) -> None:
+    def __init__(self, capturing: Callable[[], bool] | None = None) -> None:
         self._has_offset_api: dict[str, bool] = {}
+        self._capturing = capturing if capturing is not None else _never
+
+    def _in_capture(self, generator: torch.Generator) -> bool:
+        del generator  # the platform that made this view knows its own streams
+        return self._capturing()
 
     def _native(self, generator: torch.Generator) -> bool:
         device_type = generator.device.type
@@ -113,7 +126,7 @@ class PhiloxCounter(CounterView):
 
     def read(self, generator: torch.Generator) -> tuple[int, int]:
         """Return the generator's ``(seed, offset)``."""
-        if self._native(generator) and not _capturing(generator):
+        if self._native(generator) and not self._in_capture(generator):
             return generator.initial_seed() & U64, int(generator.get_offset())
         words = self._layout_state(generator).numpy().view(np.uint64)
         return int(words[0]), int(words[1])
@@ -126,7 +139,7 @@ class PhiloxCounter(CounterView):
         (offsets are then relative to the graph, and each replay adds its
         base), and a new seed is refused with :class:`~hwrng.NestingError`.
         """
-        if _capturing(generator):
+        if self._in_capture(generator):
             current = int(self._layout_state(generator).numpy().view(np.uint64)[0])
             if current != seed:
                 raise NestingError(
@@ -145,6 +158,5 @@ class PhiloxCounter(CounterView):
         generator.set_state(torch.from_numpy(packed.copy()))
 
 
-def _capturing(generator: torch.Generator) -> bool:
-    """Whether ``generator`` is a CUDA generator and the current stream is being captured."""
-    return generator.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+def _never() -> bool:
+    return False

@@ -181,16 +181,19 @@ class BackendNotFoundError(BackendError, LookupError):
     Parameters
     ----------
     name
-        The platform name that was asked for.
+        The platform name that was asked for (or the device type torch's
+        accelerator has, when none provides it).
     known
         The names of every platform that is registered.
+    message
+        What to say instead of the default, which names the known backends.
     """
 
-    def __init__(self, name: str, known: Iterable[str]) -> None:
+    def __init__(self, name: str, known: Iterable[str], message: str | None = None) -> None:
         self.name = name
         self.known = sorted(known)
         listed = ", ".join(self.known) if self.known else "none"
-        super().__init__(f"no hwrng backend named {name!r}; known backends: {listed}")
+        super().__init__(message or f"no hwrng backend named {name!r}; known backends: {listed}")
 
 
 class BackendUnavailableError(BackendError, RuntimeError):

@@ -7,9 +7,10 @@ collective broadcast. hwrng's seeding, offset tracking, forking and
 checkpointing are written once against this interface.
 
 Backends implement it as pluggy plugins (see :mod:`hwrng.hookspecs`).
-:class:`DeviceModulePlatform` is a ready base for accelerators that follow
-torch's device-module API (``torch.cuda``, ``torch.npu``, ``torch.xpu``, ...):
-a backend for such a device is a few class attributes.
+:class:`~hwrng.DeviceModulePlatform` (in ``_device_module``) is a ready base for
+accelerators that follow torch's device-module API (``torch.cuda``,
+``torch.npu``, ``torch.xpu``, ...): a backend for such a device is a few class
+attributes.
 
 Every public method checks its input and raises before changing any state.
 """
@@ -17,16 +18,13 @@ Every public method checks its input and raises before changing any state.
 from __future__ import annotations
 
 import abc
-import importlib
-import importlib.util
 import operator
-from types import ModuleType
 from typing import Any, ClassVar, TypeAlias
 
 import torch
 import torch.distributed as dist
 
-from hwrng._counters import CounterView, PhiloxCounter
+from hwrng._counters import CounterView
 from hwrng._exceptions import (
     BackendUnavailableError,
     DistributedError,
@@ -35,7 +33,7 @@ from hwrng._exceptions import (
 )
 from hwrng._validation import apply_state, check_offset, check_seed, check_state_tensor
 
-__all__ = ["DeviceLike", "DeviceModulePlatform", "Platform", "parse_device"]
+__all__ = ["DeviceLike", "Platform", "parse_device"]
 
 #: How a device may be named: an index, ``"cuda:1"``, a :class:`torch.device`,
 #: or ``None`` for the platform's current device.
@@ -119,7 +117,7 @@ class Platform(abc.ABC):
         """Say why the platform cannot run here, or return ``None`` if it can.
 
         Must not raise and must not import anything that could break the
-        process (see :class:`DeviceModulePlatform` for lazy imports).
+        process (see :class:`~hwrng.DeviceModulePlatform` for lazy imports).
         """
 
     def is_available(self) -> bool:
@@ -407,184 +405,27 @@ class Platform(abc.ABC):
         """
         return {}
 
+    def stream_capturing(self) -> bool:
+        """Whether the current stream is being captured into a graph (CUDA graphs).
+
+        During capture a counter must not read or move a generator through
+        host-side calls; :class:`~hwrng.PhiloxCounter` asks this. The base
+        captures nothing.
+        """
+        return False
+
+    def describe_device(self) -> str:
+        """Name the hardware behind the current device, for reports (``hwrng check``).
+
+        The base asks the device module's ``get_device_name``, if it has one.
+        """
+        names = getattr(self.device_handle, "get_device_name", None)
+        if callable(names):
+            try:
+                return str(names(self.current_device()))
+            except Exception as error:  # a name is for display only
+                return f"{self.name} device ({type(error).__name__})"
+        return f"{self.name} device"
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
-
-
-class DeviceModulePlatform(Platform):
-    """Base for accelerators that follow torch's device-module API.
-
-    torch requires a device module (``torch.cuda``, ``torch.xpu``, a
-    PrivateUse1 module such as ``torch.npu``) to provide ``is_available``,
-    ``device_count``, ``current_device``, ``manual_seed(_all)`` and
-    ``get/set_rng_state``, and most expose ``default_generators``. This base
-    builds a whole :class:`Platform` on that, with a :class:`PhiloxCounter`.
-    A backend sets :attr:`name`, :attr:`dist_backend` and, when the device type
-    comes from an extension, :attr:`extension_module`::
-
-        class XPUPlatform(DeviceModulePlatform):
-            name = "xpu"
-            dist_backend = "xccl"
-
-    The extension is imported only when the platform is asked whether it is
-    available, never while plugins load.
-
-    Attributes
-    ----------
-    extension_module
-        The package that registers the device type with torch (``"torch_npu"``),
-        or ``None`` when torch itself ships it.
-    install_hint
-        What to tell a user whose machine lacks :attr:`extension_module`.
-    """
-
-    priority: ClassVar[int] = 100
-    extension_module: ClassVar[str | None] = None
-    install_hint: ClassVar[str] = ""
-
-    def __init__(self) -> None:
-        self._counter: CounterView = PhiloxCounter()
-        self._module: ModuleType | None = None
-        self._generators: tuple[torch.Generator, ...] | None = None
-
-    @property
-    def counter(self) -> CounterView:
-        """The Philox counter view (the generator's own offset API)."""
-        return self._counter
-
-    def import_blocker(self) -> str | None:
-        """Say why importing :attr:`extension_module` here would be unsafe, or ``None``.
-
-        Called before the import; the base allows it. Override for extensions
-        that break the process in some environments.
-        """
-        return None
-
-    def load_device_module(self) -> ModuleType:
-        """Import the extension if needed and return the torch device module.
-
-        Raises
-        ------
-        BackendUnavailableError
-            If the extension is missing, unsafe to import here, or fails to import.
-        """
-        if self._module is not None:
-            return self._module
-        extension = self.extension_module
-        if extension is not None:
-            if importlib.util.find_spec(extension) is None:
-                hint = f"; {self.install_hint}" if self.install_hint else ""
-                raise BackendUnavailableError(self.name, f"{extension} is not installed{hint}")
-            blocker = self.import_blocker()
-            if blocker is not None:
-                raise BackendUnavailableError(self.name, blocker)
-            try:
-                importlib.import_module(extension)
-            except Exception as error:  # an extension can fail in many ways; report any
-                raise BackendUnavailableError(
-                    self.name, f"importing {extension} failed: {type(error).__name__}: {error}"
-                ) from error
-        try:
-            module = self.find_device_module()
-        except RuntimeError as error:
-            raise BackendUnavailableError(
-                self.name, f"torch has no device module for {self.name!r}: {error}"
-            ) from error
-        self._module = module
-        return module
-
-    def find_device_module(self) -> ModuleType:
-        """Return the device module, once :attr:`extension_module` is imported.
-
-        By default ``torch.get_device_module(self.name)``; a software device
-        that is not a torch device type returns its own module.
-        """
-        module: ModuleType = torch.get_device_module(self.name)
-        return module
-
-    def unavailable_reason(self) -> str | None:
-        """Say why the device cannot be used here, or ``None``."""
-        try:
-            module = self.load_device_module()
-            if not module.is_available():
-                return self.not_available_detail(module)
-            if module.device_count() < 1:
-                return f"torch.{self.name}.device_count() is 0"
-        except BackendUnavailableError as error:
-            return error.reason
-        except Exception as error:  # is_available must never raise out of a probe
-            return f"probing {self.name} failed: {type(error).__name__}: {error}"
-        return None
-
-    def not_available_detail(self, module: ModuleType) -> str:
-        """Explain a ``False`` from ``module.is_available()``; override for detail."""
-        return f"torch.{self.name}.is_available() is False"
-
-    @property
-    def device_handle(self) -> ModuleType:
-        """The torch device module, imported on first use."""
-        return self.load_device_module()
-
-    def device_count(self) -> int:
-        """Return the number of visible devices, 0 when the platform is unavailable."""
-        if not self.is_available():
-            return 0
-        return int(self.device_handle.device_count())
-
-    def current_device(self) -> int:
-        """Return the current device index."""
-        self.require_available()
-        return int(self.device_handle.current_device())
-
-    def _initialised(self) -> bool:
-        probe = getattr(self.device_handle, "is_initialized", None)
-        return bool(probe()) if callable(probe) else True
-
-    def generator(self, device: DeviceLike = None) -> torch.Generator:
-        """Return the default generator of ``device``, initialising the device module.
-
-        After the first call the generators are cached: the current device's
-        is then a list lookup (this runs for every tracked op).
-        """
-        cached = self._generators
-        if cached is not None and device is None:
-            return cached[int(self.device_handle.current_device())]
-        self.require_available()
-        index = self.device_index(device)
-        module = self.device_handle
-        init = getattr(module, "init", None)
-        if callable(init):
-            init()
-        generators = getattr(module, "default_generators", None)
-        if generators is None or len(generators) <= index:
-            raise BackendUnavailableError(
-                self.name, f"torch.{self.name}.default_generators has no generator {index}"
-            )
-        if len(generators) == self.device_count():
-            self._generators = tuple(generators)
-        generator = generators[index]
-        assert isinstance(generator, torch.Generator)
-        return generator
-
-    def manual_seed(self, seed: int, device: DeviceLike = None) -> None:
-        """Seed ``device``; before the device module is initialised, lazily.
-
-        Like ``torch.cuda.manual_seed``, seeding the current device before
-        initialisation is queued rather than creating a context now, so that a
-        process that has not yet chosen its device does not open one on device 0.
-        """
-        value = check_seed(seed)
-        self.require_available()
-        if device is None and not self._initialised():
-            self.device_handle.manual_seed(value)
-            return
-        super().manual_seed(value, device)
-
-    def manual_seed_all(self, seed: int) -> None:
-        """Seed every device; before the device module is initialised, lazily."""
-        value = check_seed(seed)
-        self.require_available()
-        if not self._initialised():
-            self.device_handle.manual_seed_all(value)
-            return
-        super().manual_seed_all(value)

@@ -154,6 +154,10 @@ class _Provided:
     distribution: str | None
     version: str | None
 
+    def reason(self) -> str | None:
+        """Why this provider's platform cannot be used here, or ``None``."""
+        return _version_mismatch(self.distribution, self.version) or _safe_reason(self.platform)
+
     def describe(self) -> str:
         origin = f"{self.distribution} {self.version}" if self.distribution else "in-process"
         return f"plugin {self.plugin!r} ({origin})"
@@ -484,7 +488,7 @@ class Registry:
         if len(providers) > 1:
             raise DuplicateBackendError(name, [p.describe() for p in providers])
         platform = providers[0].platform
-        reason = _safe_reason(platform)
+        reason = providers[0].reason()
         if reason is not None:
             raise BackendUnavailableError(name, reason)
         return platform
@@ -494,12 +498,13 @@ class Registry:
         ranked: list[tuple[int, str, list[_Provided]]] = []
         reasons: list[str] = []
         for name, providers in sorted(provided.items()):
-            probes = [(p, _safe_reason(p.platform)) for p in providers]
+            probes = [(p, p.reason()) for p in providers]
             usable = [p for p, reason in probes if reason is None]
             if usable:
                 ranked.append((max(p.platform.priority for p in usable), name, providers))
             else:
                 reasons.append(f"{name}: {probes[0][1]}")
+        _refuse_a_missed_accelerator(provided, ranked)
         if not ranked:
             raise BackendUnavailableError(
                 "auto", "no registered platform is available (" + "; ".join(reasons) + ")"
@@ -531,7 +536,7 @@ class Registry:
                     others = [p.describe() for p in providers if p is not entry]
                     status, reason = "conflict", "also provided by " + ", ".join(others)
                 else:
-                    reason = _safe_reason(platform)
+                    reason = entry.reason()
                     status = "available" if reason is None else "unavailable"
                 rows.append(
                     PlatformInfo(
@@ -577,6 +582,76 @@ def _platforms_from(answer: object) -> list[Platform]:
     for candidate in platforms:
         _check_platform(candidate)
     return platforms
+
+
+#: What to install for the accelerators whose backends are this repository's distributions.
+INSTALL_COMMANDS = {"cuda": 'pip install "hwrng[cuda]"', "npu": 'pip install "hwrng[npu]"'}
+
+
+def current_accelerator() -> str | None:
+    """The device type of torch's current accelerator (``torch.accelerator``), or ``None``."""
+    try:
+        device = torch.accelerator.current_accelerator()
+    except Exception:  # an accelerator's runtime can fail to answer: then there is none to miss
+        return None
+    return None if device is None else str(device.type)
+
+
+def _refuse_a_missed_accelerator(
+    provided: dict[str, list[_Provided]], ranked: list[tuple[int, str, list[_Provided]]]
+) -> None:
+    """Refuse to auto-select when torch has an accelerator that no usable backend serves.
+
+    Picking the CPU then would seed and checkpoint the host only, while the
+    job's random ops run on the accelerator: a silent CPU-only hwrng.
+    """
+    accelerator = current_accelerator()
+    if accelerator is None:
+        return
+    usable = {p.platform.device_type for _, _, providers in ranked for p in providers}
+    if accelerator in usable:
+        return
+    present = [p for ps in provided.values() for p in ps if p.platform.device_type == accelerator]
+    use_cpu = f"(to use the CPU on purpose: {BACKEND_ENV}=cpu, or platform='cpu')"
+    if present:
+        raise BackendUnavailableError(
+            present[0].platform.name,
+            f"torch's accelerator is {accelerator!r}, but its hwrng backend cannot run: "
+            f"{present[0].reason()}; hwrng will not fall back to the CPU {use_cpu}",
+        )
+    install = INSTALL_COMMANDS.get(
+        accelerator, f"install an hwrng backend for {accelerator!r} (see 'Writing a backend')"
+    )
+    raise BackendNotFoundError(
+        accelerator,
+        provided,
+        f"torch's accelerator is {accelerator!r}, but no installed hwrng backend provides it: "
+        f"{install} {use_cpu}",
+    )
+
+
+def _version_mismatch(distribution: str | None, version: str | None) -> str | None:
+    """Say so when a plugin's distribution pins another hwrng than the one installed."""
+    if distribution is None:
+        return None
+    import importlib.metadata
+    import re
+
+    try:
+        requirements = importlib.metadata.requires(distribution) or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    from hwrng._version import __version__
+
+    for requirement in requirements:
+        pinned = re.fullmatch(r"hwrng\s*==\s*([^\s;,]+)", requirement.strip())
+        if pinned and pinned.group(1) != __version__:
+            return (
+                f"{distribution} {version} is built for hwrng {pinned.group(1)}, but hwrng "
+                f"{__version__} is installed: install matching versions "
+                f"(pip install \"{distribution}=={__version__}\")"
+            )
+    return None
 
 
 def _safe_reason(platform: Platform) -> str | None:

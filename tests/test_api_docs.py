@@ -26,26 +26,26 @@ PUBLIC_MODULES = [
     "hwrng.invariant",
     "hwrng.testing",
     "hwrng.backends.cpu",
-    "hwrng.backends.cuda",
-    "hwrng.backends.npu",
-    "hwrng.conformance",
-    "hwrng.conformance.plugin",
-    "hwrng.conformance.runner",
-    "hwrng.conformance.command",
-    "hwrng.conformance.checks",
-    "hwrng.conformance.helpers",
+    "hwrng_cuda",
+    "hwrng_npu",
+    "hwrng_conformance",
+    "hwrng_conformance.plugin",
+    "hwrng_conformance.runner",
+    "hwrng_conformance.command",
+    "hwrng_conformance.checks",
+    "hwrng_conformance.helpers",
 ]
 
 
 def _hwrng_modules() -> list[str]:
-    """Every module of the package but the conformance suite's test files and the trainers'.
+    """Every module of the package but the trainers'.
 
     The trainer modules import their trainer, which this environment may lack.
     """
     return ["hwrng"] + [
         m.name
         for m in pkgutil.walk_packages(hwrng.__path__, "hwrng.")
-        if not m.name.startswith(("hwrng.conformance.suite.", "hwrng.integrations."))
+        if not m.name.startswith("hwrng.integrations.")
     ]
 
 
@@ -59,13 +59,12 @@ def test_implementation_modules_are_private() -> None:
         "hwrng.invariant",
         "hwrng.testing",
         "hwrng.backends",
-        "hwrng.conformance",
         "hwrng.integrations",  # its trainer modules are imported only when asked for
     }
 
 
 def test_the_distribution_installs_one_import_name() -> None:
-    """Everything hwrng installs lives under ``hwrng``: no other top-level name."""
+    """Everything the root wheel installs lives under ``hwrng``: no backend, no suite."""
     import importlib.metadata
 
     distribution = importlib.metadata.distribution("hwrng")
@@ -87,7 +86,7 @@ def test_the_distribution_installs_one_import_name() -> None:
         )
     }
     assert "hwrng.backends.cpu" in packages
-    assert "hwrng.conformance" in packages
+    assert not any(p.startswith(("hwrng.backends.cuda", "hwrng.backends.npu")) for p in packages)
     assert {package.split(".")[0] for package in packages} == {"hwrng"}
 
 

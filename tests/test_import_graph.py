@@ -1,11 +1,14 @@
-"""hwrng's modules import one way: no module reaches itself through its imports.
+"""The repository's modules import one way: no module reaches itself through its imports.
 
 The graph is read from the source (every ``import`` statement of every module
-under ``hwrng/``, including the lazy ones inside functions, which can still
-form a circle at call time), not from ``sys.modules``, so a cycle is found
-even on a path no test happens to execute. Imports under ``if TYPE_CHECKING:``
-never run and are left out. A package's ``__init__`` counts as the module the
-package name refers to.
+of every distribution -- ``hwrng/``, ``backends/*/src``, ``conformance/src`` --
+including the lazy ones inside functions, which can still form a circle at call
+time), not from ``sys.modules``, so a cycle is found even on a path no test
+happens to execute. Imports under ``if TYPE_CHECKING:`` never run and are left
+out. A package's ``__init__`` counts as the module the package name refers to.
+
+The backends and the suite are plugins like a vendor's: they may import only
+hwrng's public names (no ``hwrng._...`` module, no private name).
 """
 
 from __future__ import annotations
@@ -16,18 +19,31 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "hwrng"
+REPOSITORY = Path(__file__).resolve().parents[1]
+ROOT = REPOSITORY / "hwrng"
+#: The import roots of the plugin distributions, which must use hwrng's public names only.
+PLUGINS = {
+    "hwrng_cuda": REPOSITORY / "backends" / "cuda" / "src" / "hwrng_cuda",
+    "hwrng_npu": REPOSITORY / "backends" / "npu" / "src" / "hwrng_npu",
+    "hwrng_conformance": REPOSITORY / "conformance" / "src" / "hwrng_conformance",
+}
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _modules(root: Path) -> dict[str, Path]:
+    return {
+        _module_name(path, root): path
+        for path in sorted(root.rglob("*.py"))
+        if "suite" not in path.relative_to(root).parts  # pytest test files, not library modules
+    }
+
+
 MODULES = {
-    _module_name(path): path
-    for path in sorted(ROOT.rglob("*.py"))
-    if "suite" not in path.relative_to(ROOT).parts  # pytest test files, not library modules
+    name: path for root in (ROOT, *PLUGINS.values()) for name, path in _modules(root).items()
 }
 
 
@@ -110,7 +126,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_walk_sees_the_package() -> None:
     graph = import_graph()
-    assert {"hwrng", "hwrng.dtensor", "hwrng.backends.cpu", "hwrng.conformance"} <= set(graph)
+    assert {"hwrng", "hwrng.dtensor", "hwrng.backends.cpu", "hwrng_conformance"} <= set(graph)
+    assert {"hwrng_cuda", "hwrng_npu", "hwrng_conformance.runner"} <= set(graph)
     # the walk follows absolute, aliased and lazy imports alike
     assert "hwrng._exceptions" in graph["hwrng"]
     assert "hwrng.dtensor._hooks" in graph["hwrng.dtensor"]
@@ -136,3 +153,28 @@ def test_find_cycle_finds_exactly_cycles(
     graph: dict[str, set[str]], expected: list[str] | None
 ) -> None:
     assert find_cycle(graph) == expected
+
+
+def _every_import(tree: ast.AST) -> Iterator[tuple[str, list[str]]]:
+    """``(module, names)`` of every import statement, TYPE_CHECKING ones included."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            yield node.module or "", [alias.name for alias in node.names]
+
+
+@pytest.mark.parametrize("plugin", sorted(PLUGINS))
+def test_a_plugin_distribution_imports_only_hwrngs_public_names(plugin: str) -> None:
+    paths = sorted(PLUGINS[plugin].rglob("*.py"))
+    assert paths
+    private = []
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for module, names in _every_import(tree):
+            if module.split(".")[0] != "hwrng":
+                continue
+            parts = module.split(".") + [n for n in names if module == "hwrng"]
+            if any(part.startswith("_") for part in parts):
+                private.append(f"{path.relative_to(REPOSITORY)}: {module} {names}")
+    assert not private, private

@@ -31,7 +31,6 @@ from typing import Any
 import torch
 
 from hwrng._agreement import Claim
-from hwrng._cli._machine import describe_device
 from hwrng._cli._table import format_table
 from hwrng._collectives import Comm, digest62
 from hwrng._judge import Judged, Topology, judge
@@ -288,7 +287,7 @@ def run_rank(
     wrong = drawn.seed != rank_seed(seed, drawn.coordinate, mesh_sizes, sharded)
     (count,) = whole.sum([int(wrong)])
     odd = whole.first_ranks(wrong, 16)
-    device = whole.broadcast_text(f"{describe_device(platform)}, {platform.device()}", 0)
+    device = whole.broadcast_text(f"{platform.describe_device()}, {platform.device()}", 0)
     (slowest,) = whole.max([round(elapsed * 1000)])
     report = CheckReport(
         platform_name,

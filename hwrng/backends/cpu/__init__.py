@@ -10,6 +10,8 @@ numbers. For seeds below ``2**32`` hwrng seeds exactly as torch does.
 
 from __future__ import annotations
 
+import os
+import platform as host
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -58,6 +60,17 @@ class CPUPlatform(hwrng.Platform):
         """Return ``torch.default_generator``."""
         self.device_index(device)
         return torch.default_generator
+
+    def describe_device(self) -> str:
+        """The processor's model and core count, e.g. ``AMD EPYC (2 cores)``."""
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+                for line in cpuinfo:
+                    if line.startswith("model name"):
+                        return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+        except OSError:
+            pass
+        return host.processor() or host.machine() or "host CPU"
 
 
 @hwrng.hookimpl

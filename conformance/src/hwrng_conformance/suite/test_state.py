@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import hwrng
-from hwrng.conformance.helpers import draw_default
+from hwrng_conformance.helpers import draw_default
 
 
 def _device_spellings(platform: hwrng.Platform) -> list[hwrng.DeviceLike]:

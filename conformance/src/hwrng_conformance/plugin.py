@@ -1,9 +1,9 @@
 """The pytest plugin behind hwrng's conformance suite.
 
-Load it with ``-p hwrng.conformance.plugin`` (it is deliberately not an
+Load it with ``-p hwrng_conformance.plugin`` (it is deliberately not an
 automatic ``pytest11`` plugin, so it never touches unrelated pytest runs)::
 
-    pytest -p hwrng.conformance.plugin --pyargs hwrng.conformance.suite --hwrng-backend acme
+    pytest -p hwrng_conformance.plugin --pyargs hwrng_conformance.suite --hwrng-backend acme
 
 or simply ``hwrng conformance --backend acme``.
 

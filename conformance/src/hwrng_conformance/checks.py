@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import hwrng
 import hwrng.dtensor
-from hwrng.conformance.helpers import draw_default
+from hwrng_conformance.helpers import draw_default
 
 __all__ = ["broadcast_from_each_rank", "dtensor_random_ops", "seeded_draws"]
 

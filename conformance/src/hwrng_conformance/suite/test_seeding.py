@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import hwrng
-from hwrng.conformance.helpers import all_distinct, draw_default
+from hwrng_conformance.helpers import all_distinct, draw_default
 
 FULL_RANGE_SEEDS = [0, 1, 2, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**63, 2**64 - 1]
 

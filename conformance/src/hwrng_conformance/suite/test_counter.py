@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import hwrng
-from hwrng.conformance.helpers import all_distinct, draw
+from hwrng_conformance.helpers import all_distinct, draw
 
 
 @pytest.mark.parametrize("seed", [0, 7, 2**32 + 5, 2**64 - 1], ids=["0", "7", "2**32+5", "2**64-1"])

@@ -12,9 +12,8 @@ import pytest
 import torch
 
 import hwrng
-from hwrng._cli._machine import describe_device
-from hwrng._cli._table import format_table
-from hwrng.conformance import plugin as conformance_plugin
+from hwrng_conformance import plugin as conformance_plugin
+from hwrng_conformance._table import rule_table
 
 __all__ = ["ResultCollector", "RuleResult", "run_conformance"]
 
@@ -138,7 +137,7 @@ def run_conformance(
         os.path.dirname(__file__),
         "--noconftest",
         "--pyargs",
-        "hwrng.conformance.suite",
+        "hwrng_conformance.suite",
         "-q",
         "-p",
         "no:cacheprovider",
@@ -152,7 +151,7 @@ def run_conformance(
     rows = sorted(collector.results.values(), key=lambda r: (r.backend, r.rule))
     print()
     print(
-        format_table(
+        rule_table(
             ["BACKEND", "RULE", "RESULT", "WHY"],
             [[r.backend, r.rule, r.outcome.upper(), r.detail] for r in rows],
         )
@@ -166,7 +165,7 @@ def run_conformance(
         verdict = _verdict(mine, collector.deselected)
         verdicts.append(verdict)
         try:
-            device = describe_device(hwrng.get_platform(name))
+            device = hwrng.get_platform(name).describe_device()
         except hwrng.HwrngError as error:
             device = str(error)
         print(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import hwrng
 from hwrng._cli import main as cli_main
 
 
@@ -60,3 +61,19 @@ def test_conformance_names_its_own_option_for_an_unknown_backend(
     assert captured.out == ""
     assert captured.err.startswith("hwrng conformance: error: --backend nosuch: no hwrng backend")
     assert captured.err.count("\n") == 1
+
+
+def test_conformance_on_an_unavailable_backend_fails_clearly() -> None:
+    if hwrng.get_platform().name == "cuda":
+        pytest.skip("this machine has CUDA")
+    result = subprocess.run(
+        [sys.executable, "-m", "hwrng", "conformance", "--backend", "cuda"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "hwrng conformance: error: --backend cuda: hwrng backend 'cuda' is unavailable"
+    )
+    assert result.stderr.count("\n") == 1 and result.stdout == "", "one line, no empty table"

@@ -2,8 +2,8 @@
 
 This module is what the ``hwrng`` entry point named ``conformance`` loads. It
 imports neither pytest nor the suite: they load when the command runs, so
-``hwrng --help`` stays fast and a missing ``conformance`` extra is one clear
-line rather than a traceback.
+``hwrng --help`` stays fast and a missing pytest is one clear line rather
+than a traceback.
 """
 
 from __future__ import annotations
@@ -13,19 +13,12 @@ import importlib.util
 from typing import Any
 
 import hwrng
+from hwrng_conformance._exceptions import BackendOptionError, MissingExtraError
 
 __all__ = ["MIN_NPROC", "hwrng_register_commands", "run_command"]
 
 #: The multi-process rules need at least this many ranks.
 MIN_NPROC = 2
-
-
-class MissingExtraError(hwrng.HwrngError, RuntimeError):
-    """The ``conformance`` extra (pytest) is not installed."""
-
-
-class BackendOptionError(hwrng.BackendError):
-    """A ``--backend`` names no usable platform."""
 
 
 def _nproc(text: str) -> int:
@@ -42,18 +35,16 @@ def _nproc(text: str) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Check the arguments, then run the suite (see :func:`hwrng.conformance.runner.run`)."""
+    """Check the arguments, then run the suite (see :func:`hwrng_conformance.runner.run`)."""
     if importlib.util.find_spec("pytest") is None:
-        raise MissingExtraError(
-            "the conformance suite needs pytest: pip install 'hwrng[conformance]'"
-        )
+        raise MissingExtraError("the conformance suite needs pytest: pip install hwrng-conformance")
     names: list[str] = list(dict.fromkeys(args.backend or []))
     for name in names:
         try:
             hwrng.get_platform(name)
         except hwrng.BackendError as error:
             raise BackendOptionError(f"--backend {name}: {error}") from None
-    from hwrng.conformance.runner import run_conformance
+    from hwrng_conformance.runner import run_conformance
 
     return run_conformance(names, nproc=args.nproc, extra=args.pytest_args)
 

@@ -1,5 +1,5 @@
 """The conformance rules, one test per rule, named after it.
 
 Run with ``hwrng conformance`` or
-``pytest -p hwrng.conformance.plugin --pyargs hwrng.conformance.suite``.
+``pytest -p hwrng_conformance.plugin --pyargs hwrng_conformance.suite``.
 """

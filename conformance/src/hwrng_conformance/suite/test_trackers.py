@@ -9,7 +9,7 @@ import torch
 from torch.distributed.tensor import Replicate, Shard
 
 import hwrng
-from hwrng.conformance.helpers import all_distinct, draw
+from hwrng_conformance.helpers import all_distinct, draw
 
 
 def test_offset_tracker_region_positions_the_generator(platform: hwrng.Platform) -> None:

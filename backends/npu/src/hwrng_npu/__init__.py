@@ -4,7 +4,9 @@
 available, and never on a host with a CUDA device: torch_npu refuses to load
 beside CUDA in one process. Installing torch-npu where Ascend CANN is missing
 breaks ``import torch`` itself (torch auto-loads installed device backends),
-so hwrng never installs it by default: use the ``npu`` extra on Ascend hosts.
+so this distribution (``hwrng-npu``, ``pip install "hwrng[npu]"``) does not
+require it: on an Ascend host with CANN, ``pip install "hwrng-npu[torch-npu]"``
+(torch-npu pins torch's version).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class NPUPlatform(hwrng.DeviceModulePlatform):
     name: ClassVar[str] = "npu"
     dist_backend: ClassVar[str] = "hccl"
     extension_module: ClassVar[str | None] = "torch_npu"
-    install_hint: ClassVar[str] = "on an Ascend host with CANN: pip install 'hwrng[npu]'"
+    install_hint: ClassVar[str] = "on an Ascend host with CANN: pip install 'hwrng-npu[torch-npu]'"
 
     def import_blocker(self) -> str | None:
         """Refuse to import torch_npu into a process that has a CUDA device."""

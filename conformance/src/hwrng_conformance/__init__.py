@@ -4,14 +4,14 @@ A hardware vendor runs it on its own machine::
 
     hwrng conformance --backend acme
 
-which runs every rule (one pytest test per rule, in ``hwrng.conformance.suite``)
+which runs every rule (one pytest test per rule, in ``hwrng_conformance.suite``)
 against the ``acme`` platform, prints a table of rules with pass/fail/skip and
 why, and a one-line verdict; the exit status is non-zero on any failure. The
 same run through pytest directly::
 
-    pytest -p hwrng.conformance.plugin --pyargs hwrng.conformance.suite --hwrng-backend acme
+    pytest -p hwrng_conformance.plugin --pyargs hwrng_conformance.suite --hwrng-backend acme
 
-See :mod:`hwrng.conformance.plugin` for the options and fixtures.
+See :mod:`hwrng_conformance.plugin` for the options and fixtures.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""hwrng's CUDA backend: ``torch.cuda`` generators, with ``nccl`` for collectives.
+"""hwrng's CUDA backend (``hwrng-cuda``): ``torch.cuda`` generators, ``nccl`` for collectives.
 
 CUDA generators are Philox with a native ``(seed, offset)`` counter, read and
 set on the host through ``Generator.get_offset``/``set_offset``: hwrng's
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from types import ModuleType
 from typing import ClassVar
 
 import torch
@@ -39,6 +38,10 @@ class CUDAPlatform(hwrng.DeviceModulePlatform):
     name: ClassVar[str] = "cuda"
     dist_backend: ClassVar[str] = "nccl"
     capabilities: ClassVar[frozenset[str]] = frozenset({"dtensor", "graph_safe_states"})
+
+    def stream_capturing(self) -> bool:
+        """Whether the current CUDA stream is being captured (``torch.cuda.graph``)."""
+        return bool(torch.cuda.is_current_stream_capturing())
 
     def detached_state(self, generator: torch.Generator, seed: int) -> object:
         """A new graph-safe state at ``(seed, 0)``: a clone of the generator's, re-seeded."""
@@ -71,7 +74,7 @@ class CUDAPlatform(hwrng.DeviceModulePlatform):
         state.set_state(tensor)
         return state
 
-    def not_available_detail(self, module: ModuleType) -> str:
+    def not_available_detail(self, module: hwrng.DeviceModule) -> str:
         """Tell a CPU-only torch build apart from a machine with no visible GPU."""
         if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
             return f"this torch build ({torch.__version__}) has no CUDA support"

@@ -1,0 +1,15 @@
+"""Every error the conformance suite's command raises on purpose (each an ``hwrng`` error)."""
+
+from __future__ import annotations
+
+import hwrng
+
+__all__ = ["BackendOptionError", "MissingExtraError"]
+
+
+class MissingExtraError(hwrng.HwrngError, RuntimeError):
+    """What the suite needs (pytest) is not installed."""
+
+
+class BackendOptionError(hwrng.BackendError):
+    """A ``--backend`` names no usable platform."""

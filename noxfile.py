@@ -163,6 +163,8 @@ def wheels(session: nox.Session) -> None:
             WHEELHOUSE,
             project,
         )
+    for project in (".", "conformance", "backends/cuda", "backends/npu", EXAMPLE):
+        shutil.rmtree(os.path.join(project, "build"), ignore_errors=True)  # setuptools' leftovers
     session.env.pop("PYTHONPATH", None)
     wheelhouse = os.path.abspath(WHEELHOUSE)
     session.chdir(session.create_tmp())  # nothing of the checkout on sys.path

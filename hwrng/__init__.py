@@ -10,9 +10,10 @@ Everything public is importable from here; the modules behind it are private
 :mod:`hwrng.invariant` (placement-invariant random ops), :mod:`hwrng.presets`
 (trainers' seeding formulas), :mod:`hwrng.hookspecs` (the plugin contract),
 :mod:`hwrng.testing` (a pool of real ``torch.distributed`` processes for tests),
-:mod:`hwrng.conformance` (the suite every backend passes),
-:mod:`hwrng.integrations` (trainers) and the built-in backends
-:mod:`hwrng.backends.cpu`, :mod:`hwrng.backends.cuda` and :mod:`hwrng.backends.npu`.
+:mod:`hwrng.integrations` (trainers) and the built-in CPU backend
+:mod:`hwrng.backends.cpu`. The accelerator backends and the conformance suite
+are distributions of their own (``hwrng-cuda``, ``hwrng-npu``,
+``hwrng-conformance``: ``pip install "hwrng[cuda]"``, ...).
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ def docs(session: nox.Session) -> None:
     work opened from disk). The trainers are not installed here: their pages are
     checked against the source.
     """
-    session.install(DOCS_TORCH, "-e", ".[docs,test]")
+    session.install(DOCS_TORCH, "-e", ".[docs,test]", *SIBLINGS)
     session.env.pop("PYTHONPATH", None)
     session.run("mkdocs", "build", "--strict", "--site-dir", "site")
     tests = session.posargs or ("tests/test_docs_build.py",)

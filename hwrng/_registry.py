@@ -649,7 +649,7 @@ def _version_mismatch(distribution: str | None, version: str | None) -> str | No
             return (
                 f"{distribution} {version} is built for hwrng {pinned.group(1)}, but hwrng "
                 f"{__version__} is installed: install matching versions "
-                f"(pip install \"{distribution}=={__version__}\")"
+                f'(pip install "{distribution}=={__version__}")'
             )
     return None
 

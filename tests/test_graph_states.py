@@ -2,7 +2,7 @@
 
 torch 2.11-2.13 needs each graph-safe named state registered with a graph before
 capture; torch >= 2.14 registers them per capture, and ``register_generator_state``
-is a deprecated no-op that warns. The GPU half is tests/test_cuda.py.
+is a deprecated no-op that warns. The GPU half is backends/cuda/tests/test_cuda.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The cuda backend on a real GPU. Skipped where torch sees no CUDA device.
 
-Run on a GPU machine with ``python -m pytest tests/test_cuda.py -v``. Written for
+Run on a GPU machine with ``python -m pytest backends/cuda/tests/test_cuda.py -v``. Written for
 torch 2.13 to 2.15 (CUDA graphs register named states before capture below 2.14,
 per capture from 2.14; the version gate is tested on the CPU in
 tests/test_graph_states.py); not yet run on a GPU with torch >= 2.14.

@@ -1,7 +1,8 @@
 """hwrng's version matrix: the test suite on each torch hwrng claims, each in its own venv.
 
 Run every cell with ``nox -s tests``, one with ``nox -s "tests(torch='2.15.0')"``, and
-narrow a cell with pytest arguments after ``--`` (``nox -s tests -- backends/cuda/tests/test_cuda.py``).
+narrow a cell with pytest arguments after ``--``
+(``nox -s tests -- backends/cuda/tests/test_cuda.py``).
 ``.ci/run`` runs them all. Each cell is described by a :class:`Cell`; a new session
 (another tool, another selection) is one more ``@nox.session`` function below.
 """

@@ -589,12 +589,20 @@ INSTALL_COMMANDS = {"cuda": 'pip install "hwrng[cuda]"', "npu": 'pip install "hw
 
 
 def current_accelerator() -> str | None:
-    """The device type of torch's current accelerator (``torch.accelerator``), or ``None``."""
+    """The device type of torch's accelerator if one is usable here, else ``None``.
+
+    ``torch.accelerator.current_accelerator()`` names the accelerator a torch
+    build was made for even on a machine without one (torch 2.15's CUDA wheel on
+    a host without a GPU says ``cuda``): only one ``torch.accelerator.is_available()``
+    confirms counts.
+    """
     try:
         device = torch.accelerator.current_accelerator()
+        if device is None or not torch.accelerator.is_available():
+            return None
     except Exception:  # an accelerator's runtime can fail to answer: then there is none to miss
         return None
-    return None if device is None else str(device.type)
+    return str(device.type)
 
 
 def _refuse_a_missed_accelerator(

@@ -12,6 +12,9 @@ import sys
 import textwrap
 
 import pytest
+import torch
+
+import hwrng
 
 SETUP = """
 import torch, hwrng
@@ -129,3 +132,19 @@ except hwrng.BackendUnavailableError as error:
 
 def test_an_accelerator_with_its_backend_is_selected() -> None:
     assert _run(BACKEND + "print(hwrng.get_platform().name)") == "hwrngpu"
+
+
+@pytest.mark.skipif(
+    not (
+        torch.accelerator.current_accelerator() is not None
+        and not torch.accelerator.is_available()
+    ),
+    reason="needs a torch built for an accelerator on a machine without one (a CUDA wheel "
+    "on a CPU host, as the torch 2.15 cell of the version matrix)",
+)
+def test_a_torch_built_for_an_absent_accelerator_selects_the_cpu() -> None:
+    """torch names the accelerator it was built for even where there is none: no refusal."""
+    from hwrng._registry import current_accelerator
+
+    assert current_accelerator() is None
+    assert hwrng.get_platform().name == "cpu"

@@ -136,8 +136,7 @@ def test_an_accelerator_with_its_backend_is_selected() -> None:
 
 @pytest.mark.skipif(
     not (
-        torch.accelerator.current_accelerator() is not None
-        and not torch.accelerator.is_available()
+        torch.accelerator.current_accelerator() is not None and not torch.accelerator.is_available()
     ),
     reason="needs a torch built for an accelerator on a machine without one (a CUDA wheel "
     "on a CPU host, as the torch 2.15 cell of the version matrix)",

@@ -153,10 +153,12 @@ class _Provided:
     plugin: str
     distribution: str | None
     version: str | None
+    #: Why the distribution cannot serve this hwrng (it pins another version), read once.
+    mismatch: str | None = None
 
     def reason(self) -> str | None:
         """Why this provider's platform cannot be used here, or ``None``."""
-        return _version_mismatch(self.distribution, self.version) or _safe_reason(self.platform)
+        return self.mismatch or _safe_reason(self.platform)
 
     def describe(self) -> str:
         origin = f"{self.distribution} {self.version}" if self.distribution else "in-process"
@@ -409,6 +411,7 @@ class Registry:
             origins = self._origins()
             for impl in self._pm.hook.hwrng_platforms.get_hookimpls():
                 distribution, version = origins.get(impl.plugin_name, (None, None))
+                mismatch = _version_mismatch(distribution, version)
                 try:
                     platforms = _platforms_from(impl.function())
                 except (Exception, SystemExit) as error:  # a plugin's hook may fail in any way
@@ -420,7 +423,7 @@ class Registry:
                     continue
                 for platform in platforms:
                     snapshot.provided.setdefault(platform.name, []).append(
-                        _Provided(platform, impl.plugin_name, distribution, version)
+                        _Provided(platform, impl.plugin_name, distribution, version, mismatch)
                     )
             self._snapshot = snapshot
             return snapshot

@@ -97,10 +97,13 @@ class HwrngCallback(pl.Callback):
     Notes
     -----
     Use ``DataLoader(worker_init_fn=hwrng.worker_init_fn)`` for augmentations
-    in workers. Tested: checkpoints at epoch ends and mid-epoch resume bit for
-    bit. Lightning hands no checkpoint hook the checkpoint's path: the
-    callback wraps this trainer's ``save_checkpoint`` and its strategy's
-    ``remove_checkpoint`` to learn it (Lightning 2.6.6, pinned).
+    in workers. Tested: checkpoints at epoch ends resume bit for bit. Resumed
+    mid-epoch, the streams are restored, but Lightning serves a plain
+    ``DataLoader``'s first batches of the epoch again, and the callback warns
+    (exact data needs a stateful loader). Lightning hands no checkpoint hook
+    the checkpoint's path: the callback wraps this trainer's
+    ``save_checkpoint`` and its strategy's ``remove_checkpoint`` to learn it
+    (Lightning 2.6.6, pinned).
     """
 
     def __init__(

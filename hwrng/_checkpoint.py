@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from hwrng._claims import claim, claim_for
+from hwrng._collectives import rank_and_size
 from hwrng._counters import U64
 from hwrng._exceptions import CheckpointError, HwrngError, HwrngWarning
 from hwrng._host import HOST_COUNTER, _decode, host_generator
@@ -72,14 +73,6 @@ FORMAT = 3
 OnMismatch = Literal["error", "reseed"]
 
 _PYTHON_WORDS = 625
-
-
-def _where() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def _canonical(value: Any, out: io.BytesIO) -> None:
@@ -126,7 +119,7 @@ def _numpy_state() -> dict[str, Any]:
 
 
 def _written_by(platform: Platform, seeding: Seeding | None) -> dict[str, Any]:
-    rank, world_size = _where()
+    rank, world_size = rank_and_size()
     layout = seeding.layout if seeding is not None else None
     return {
         "hwrng": __version__,
@@ -461,6 +454,14 @@ class _Reseed:
     fresh: bool = False
 
 
+def _refuse_reseed_while_forked(why: str) -> None:
+    forked = sorted(name for name, t in live_trackers().items() if t.forked)
+    if forked:
+        raise CheckpointError(
+            f"cannot re-derive the streams ({why}) while trackers {forked} hold a forked state"
+        )
+
+
 def _plan_fresh(why: str) -> _Reseed:
     """Plan a re-derivation when the checkpoint holds no hwrng state at all; change nothing.
 
@@ -474,11 +475,7 @@ def _plan_fresh(why: str) -> _Reseed:
             f"cannot re-derive the streams ({why}): no seed plan is in force to derive "
             "them from; seed with hwrng.manual_seed first"
         )
-    forked = sorted(name for name, t in live_trackers().items() if t.forked)
-    if forked:
-        raise CheckpointError(
-            f"cannot re-derive the streams ({why}) while trackers {forked} hold a forked state"
-        )
+    _refuse_reseed_while_forked(why)
     generation = plan.generation + 1
     fresh = dataclasses.replace(
         plan, seed=generation_seed(plan.seed, generation), generation=generation
@@ -509,7 +506,7 @@ def _plan_reseed(
         raise CheckpointError(
             f"cannot re-derive the streams ({why}): the saved state records no seed plan"
         )
-    _, world_size = _where()
+    _, world_size = rank_and_size()
     if mesh is not None:
         try:
             plan = plan_for_mesh(saved.seed, mesh, saved.sharded_dims, platform.name, saved.source)
@@ -527,11 +524,7 @@ def _plan_reseed(
         )
     else:  # one process: every coordinate is 0
         plan = Seeding(saved.seed, (), platform.name, saved.source)
-    forked = sorted(name for name, t in live_trackers().items() if t.forked)
-    if forked:
-        raise CheckpointError(
-            f"cannot re-derive the streams ({why}) while trackers {forked} hold a forked state"
-        )
+    _refuse_reseed_while_forked(why)
     plan = dataclasses.replace(plan, generation=saved.generation + 1, named=saved.named)
     return _Reseed(plan, position, why)
 

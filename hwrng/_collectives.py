@@ -32,7 +32,15 @@ from hwrng._exceptions import DistributedError
 if TYPE_CHECKING:
     from hwrng._platform import Platform
 
-__all__ = ["MESSAGE_BYTES", "WORD_LIMIT", "Comm", "digest62", "distributed"]
+__all__ = [
+    "MESSAGE_BYTES",
+    "WORD_LIMIT",
+    "Comm",
+    "digest62",
+    "digest_of",
+    "distributed",
+    "rank_and_size",
+]
 
 #: Every word a :class:`Comm` reduces lies in ``[0, WORD_LIMIT)``.
 WORD_LIMIT = 2**62
@@ -49,6 +57,15 @@ def distributed() -> bool:
     return bool(dist.is_available() and dist.is_initialized())
 
 
+def rank_and_size() -> tuple[int, int]:
+    """The global rank of this process and the world size; ``(0, 1)`` without a process group."""
+    if not distributed():
+        return 0, 1
+    import torch.distributed as dist
+
+    return int(dist.get_rank()), int(dist.get_world_size())
+
+
 def digest62(*parts: bytes | memoryview | np.ndarray) -> int:
     """A 62-bit digest of ``parts`` (a word :class:`Comm` can reduce), length-prefixed."""
     hasher = hashlib.blake2b(digest_size=8, person=b"hwrng-words")
@@ -58,6 +75,11 @@ def digest62(*parts: bytes | memoryview | np.ndarray) -> int:
         hasher.update(len(view).to_bytes(8, "little"))
         hasher.update(view)
     return int.from_bytes(hasher.digest(), "little") % WORD_LIMIT
+
+
+def digest_of(*values: object) -> int:
+    """A 62-bit digest of plain values (numbers, strings, tuples of them), by their ``repr``."""
+    return digest62(repr(values).encode())
 
 
 def _device_for(group: Any, platform: Platform | None) -> torch.device:

@@ -57,11 +57,10 @@ from hwrng._checkpoint import (
     _Restore,
     _to_bytes,
     _verdict,
-    _where,
     _write_atomically,
     state_dict,
 )
-from hwrng._collectives import Comm, digest62
+from hwrng._collectives import Comm, digest62, digest_of, rank_and_size
 from hwrng._exceptions import CheckpointError
 from hwrng._plan import SeedDim, Seeding
 from hwrng._platform import Platform
@@ -270,7 +269,7 @@ class RNGState:
             On every rank, when any rank cannot take its state (inside a fork)
             or ranks would write different shared entries (different plans).
         """
-        rank, world_size = _where()
+        rank, world_size = rank_and_size()
         platform = resolve_platform(self.platform)
         comm = Comm(None, platform)
         failure: str | None = None
@@ -281,7 +280,7 @@ class RNGState:
             own_position = _plan_position(platform)
         except CheckpointError as error:  # tell the others, or they wait for this rank
             failure, own_position = str(error), 0
-        job_digest = digest62(repr((world_size, job_plan)).encode())
+        job_digest = digest_of(world_size, job_plan)
         nonce = int.from_bytes(os.urandom(8), "little") % (2**62)  # moves no RNG stream
         words = comm.max(
             [int(failure is not None), job_digest, nonce, own_position],
@@ -373,20 +372,18 @@ class RNGState:
             On every rank when any rank refuses (naming that rank and why),
             before any rank changes anything.
         """
-        rank, world_size = _where()
+        rank, world_size = rank_and_size()
         platform = resolve_platform(self.platform)
         comm = Comm(None, platform)
         local = self._local_verdict(state_dict, rank, world_size, platform)
         reseeding = local.code == _RESEED
-        unable = reseeding and local.fallback is None
-        size = world_size
         words = comm.max(
             [local.code, local.digest],
             negated=[
                 local.digest,
-                rank if local.code == _REFUSE else size,
-                rank if reseeding else size,
-                rank if local.fallback is None else size,
+                rank if local.code == _REFUSE else world_size,
+                rank if reseeding else world_size,
+                rank if local.fallback is None else world_size,
             ],
         )
         code, refuser, reseeder, cannot = words[0], words[3], words[4], words[5]
@@ -407,14 +404,13 @@ class RNGState:
         if code == _RESTORE and isinstance(local.verdict, _Restore):
             return functools.partial(_carry_out, local.verdict, platform, self.mesh)
         why = comm.broadcast_text(local.why, reseeder)
-        if cannot < size:
+        if cannot < world_size:
             cannot_why = comm.broadcast_text(local.cannot_reseed or "", cannot)
             raise CheckpointError(
                 f"rank {reseeder} must re-derive its streams ({why}), but rank {cannot} "
                 f"cannot ({cannot_why}), so no rank changed anything"
             )
         assert local.fallback is not None  # no rank is unable to re-derive, this one included
-        assert not unable
         local.fallback.why = local.why if reseeding else f"rank {reseeder}: {why}"
         return functools.partial(_carry_out, local.fallback, platform, self.mesh)
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hwrng._agreement import Claim, Finding, Kind, Problem, find_violations
-from hwrng._collectives import MESSAGE_BYTES, Comm, digest62, distributed
+from hwrng._collectives import MESSAGE_BYTES, Comm, digest62, rank_and_size
 from hwrng._mesh import MeshLayout, mesh_tensor
 
 if TYPE_CHECKING:
@@ -48,14 +48,6 @@ __all__ = ["Judged", "Line", "Topology", "judge"]
 
 _FIELDS = 5  # per claim: has an agree key, agree key, apart key, digest, empty
 _RANKS_PER_PROBLEM = 64  # ranks listed in a collected problem; more are counted, not named
-
-
-def _global_rank() -> int:
-    if not distributed():
-        return 0
-    import torch.distributed as dist
-
-    return int(dist.get_rank())
 
 
 @dataclass(frozen=True)
@@ -100,13 +92,18 @@ class Topology:
         """The whole group as one line."""
         return cls(whole, [Line("", whole)] if whole.size > 1 else [], layout)
 
-    def name(self, rank: int) -> str:
-        """``rank 5 {'dp': 2, 'tp': 1}``, or ``rank 5`` where no coordinate is known."""
+    def coordinate(self, rank: int) -> dict[str, int] | None:
+        """``{'dp': 2, 'tp': 1}``: where ``rank`` sits in the layout, if known."""
         if self.layout is not None:
             found = self.layout.coordinate(rank)
             if found is not None:
-                return f"rank {rank} {dict(zip(self.layout.names, found, strict=True))}"
-        return f"rank {rank}"
+                return dict(zip(self.layout.names, found, strict=True))
+        return None
+
+    def name(self, rank: int) -> str:
+        """``rank 5 {'dp': 2, 'tp': 1}``, or ``rank 5`` where no coordinate is known."""
+        coordinate = self.coordinate(rank)
+        return f"rank {rank}" if coordinate is None else f"rank {rank} {coordinate}"
 
 
 def mesh_identity(mesh: DeviceMesh) -> int:
@@ -306,7 +303,7 @@ def judge(
         One per check, in order.
     """
     checks = len(claims)
-    me = _global_rank()
+    me, _ = rank_and_size()
     walk = _walk(_row(claims), checks, topology, me, gather)
     reports = _reports(walk, me)
     counts = [sum(1 for check, _, _ in reports if check == c) for c in range(checks)]

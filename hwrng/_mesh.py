@@ -116,10 +116,7 @@ def mesh_tensor(mesh: DeviceMesh) -> Any:
 
 def mesh_ranks(mesh: DeviceMesh) -> tuple[int, ...]:
     """The global ranks of a DeviceMesh, row-major (a tuple as long as the mesh)."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily():  # under torch.compile the mesh tensor is a real one
-        return tuple(int(r) for r in mesh.mesh.flatten().tolist())
+    return tuple(int(r) for r in mesh_tensor(mesh).tolist())
 
 
 def mesh_sizes(mesh: object) -> dict[str, int]:

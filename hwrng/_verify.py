@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from hwrng._agreement import Claim
-from hwrng._collectives import Comm, digest62, distributed
+from hwrng._collectives import Comm, digest62, digest_of, distributed, rank_and_size
 from hwrng._exceptions import DistributedError, InvalidArgumentError, MeshError, VerificationError
 from hwrng._host import host_generator
 from hwrng._judge import Judged, Topology, judge, mesh_identity
@@ -67,10 +67,6 @@ _LAYOUT_SOURCES = ("manual_seed", "groups")
 _BOTH_WAYS = "replicas agree, shards differ"
 _SHARDS_DIFFER = "shards differ"
 _DTENSOR = "one DTensor mesh agrees, meshes differ"
-
-
-def _words(*parts: Any) -> int:
-    return digest62(repr(parts).encode())
 
 
 @dataclass(frozen=True)
@@ -236,7 +232,7 @@ def _host_and_device_streams(platform: Platform) -> list[_Stream]:
 def _library_streams() -> list[_Stream]:
     numpy_state: Any = np.random.get_state()
     return [
-        _Stream("random", _BOTH_WAYS, _words(random.getstate())),
+        _Stream("random", _BOTH_WAYS, digest_of(random.getstate())),
         _Stream(
             "numpy",
             _BOTH_WAYS,
@@ -282,12 +278,12 @@ def _dtensor_stream(platform: Platform, seeding: Seeding | None, mesh: Any) -> _
         seed_key, actual = 0, own_seed.to_bytes(8, "little")
     else:
         seeds = [seeding.dtensor_seed(m) for m in meshes] if meshes else [seeding.seed]
-        seed_key = _words(seeds)
+        seed_key = digest_of(seeds)
         # on the plan's stream ops draw with the meshes' seeds; re-seeded, with its own
         actual = repr(seeds).encode() if own_seed == seeding.rank_seed else repr(own_seed).encode()
     digest = digest62(actual, offset.to_bytes(8, "little"))
     stream = _Stream("dtensor", _DTENSOR, digest)
-    return _DTensorKeys(stream, _words(mesh_key, seed_key), seed_key)
+    return _DTensorKeys(stream, digest_of(mesh_key, seed_key), seed_key)
 
 
 def _check_stream_names(chosen: Iterable[str] | None) -> list[str] | None:
@@ -332,7 +328,7 @@ def _keys(
         key = linear_index([position[d] for d in dims], [sizes[d] for d in dims])
         words = f"sharded {', '.join(dims) or 'along no dim'} over {layout.describe()}"
         identity = (layout.names, layout.shape, dims)  # not its ranks: each stage has its own
-        return key, _words(identity), words, layout
+        return key, digest_of(identity), words, layout
     if seeding is None:
         raise MeshError(
             "no seed plan is in force (seeded by other means than hwrng.manual_seed or a "
@@ -350,7 +346,7 @@ def _keys(
         seeding.named,
     )
     known = plan_layout if mesh is None else MeshLayout.of(mesh)
-    return key, _words(plan_identity), seeding.describe(), known
+    return key, digest_of(plan_identity), seeding.describe(), known
 
 
 def _named_apart(stream: _Stream, seeding: Seeding | None, replica: int) -> tuple[int, bool]:
@@ -359,7 +355,7 @@ def _named_apart(stream: _Stream, seeding: Seeding | None, replica: int) -> tupl
     if dims is None:
         return replica, False
     coordinates = {d.name: d.coordinate for d in seeding.dims} if seeding is not None else {}
-    return _words([(d, coordinates.get(d)) for d in dims]), True
+    return digest_of([(d, coordinates.get(d)) for d in dims]), True
 
 
 @dataclass(frozen=True)
@@ -378,14 +374,8 @@ class _Fingerprint:
     sharded: frozenset[str]  # mesh dims along which replica keys differ (gathered at once)
 
 
-def _world_size() -> int:
-    import torch.distributed as dist
-
-    return int(dist.get_world_size())
-
-
 def _members_digest(members: Iterable[int]) -> int:
-    return _words(tuple(sorted(members)))
+    return digest_of(tuple(sorted(members)))
 
 
 def _fingerprint(
@@ -402,7 +392,7 @@ def _fingerprint(
         platform = plan.platform
     resolved = resolve_platform(platform)
     replica, plan_digest, plan_words, layout = _keys(seeding, mesh, sharded_dims)
-    replica_key = _words(replica)
+    replica_key = digest_of(replica)
     dtensor = _dtensor_stream(resolved, plan, mesh)
     everything = [
         *_host_and_device_streams(resolved),
@@ -427,7 +417,7 @@ def _fingerprint(
     claims.append(Claim(replica_key, replica_key, replica_key))  # are any two ranks replicas?
     groups: list[int] = []
     if seeding is not None and any(d.members is not None for d in seeding.dims):
-        inside = set(checked if checked is not None else range(_world_size()))
+        inside = set(checked if checked is not None else range(rank_and_size()[1]))
         groups = [
             _members_digest(set(d.members) & inside) for d in seeding.dims if d.members is not None
         ]
@@ -445,7 +435,7 @@ def _fingerprint(
         chosen,
         claims,
         described,
-        _words([s.name for s in chosen]),
+        digest_of([s.name for s in chosen]),
         plan_digest,
         layout,
         plan_words,
@@ -679,11 +669,8 @@ def _report(
 
 
 def _coordinate(topology: Topology, rank: int) -> Any:
-    if topology.layout is not None:
-        found = topology.layout.coordinate(rank)
-        if found is not None:
-            return dict(zip(topology.layout.names, found, strict=True))
-    return {"rank": rank}
+    found = topology.coordinate(rank)
+    return {"rank": rank} if found is None else found
 
 
 def _setup_failed(whole: Comm, failure: str | None, topology: Topology) -> VerifyReport:

@@ -32,7 +32,7 @@ import torch
 
 from hwrng._agreement import Claim
 from hwrng._cli._table import format_table
-from hwrng._collectives import Comm, digest62
+from hwrng._collectives import Comm, digest62, digest_of
 from hwrng._judge import Judged, Topology, judge
 from hwrng._mesh import unravel_index
 from hwrng._plan import rank_seed
@@ -276,12 +276,12 @@ def run_rank(
             tuple(layout.placements(op_dims, tp_dim)),
             tuple(drawn.coordinate[d] for d in op_dims),
         )
-        key = _words(tuple(drawn.coordinate[d] for d in apart), spec.shard_index)
+        key = digest_of(tuple(drawn.coordinate[d] for d in apart), spec.shard_index)
         claims.append(Claim(digest, key, key, empty=numel == 0))
-    model_key = _words(tuple(drawn.coordinate[d] for d in model_apart))
+    model_key = digest_of(tuple(drawn.coordinate[d] for d in model_apart))
     claims.append(Claim(drawn.params, model_key, model_key))
     claims.append(Claim(drawn.output, model_key, model_key))
-    rank_key = _words(dist.get_rank())
+    rank_key = digest_of(dist.get_rank())
     claims.append(Claim(drawn.named_local, rank_key, rank_key))
     judged = judge(claims, Topology.over_mesh(mesh, whole, platform))
     wrong = drawn.seed != rank_seed(seed, drawn.coordinate, mesh_sizes, sharded)
@@ -352,10 +352,6 @@ def _seed_rows(
         coordinate = dict(zip(mesh, unravel_index(rank, sizes), strict=True))
         rows.append((rank, coordinate, rank_seed(seed, coordinate, mesh, sharded)))
     return rows
-
-
-def _words(*parts: Any) -> int:
-    return digest62(repr(parts).encode())
 
 
 @dataclass(frozen=True)
@@ -461,14 +457,6 @@ def format_report(report: CheckReport) -> str:
         f"torch {torch.__version__}, python {sys.version.split()[0]}, {when}"
     )
     return "\n".join(lines)
-
-
-def coordinates_of(mesh: dict[str, int]) -> list[dict[str, int]]:
-    """Every coordinate of ``mesh`` in rank order (for tables before ranks start)."""
-    sizes = list(mesh.values())
-    return [
-        dict(zip(mesh, unravel_index(rank, sizes), strict=True)) for rank in range(math.prod(sizes))
-    ]
 
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")

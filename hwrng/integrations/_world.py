@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-from hwrng._checkpoint import _where
+from hwrng._collectives import rank_and_size
 from hwrng._exceptions import CheckpointError
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
@@ -33,7 +33,7 @@ def seed_world(
     ``("dp",)`` over the world, every rank its own seed (``sharded_dims``
     defaults to every dim of the mesh). A single process is seeded alone.
     """
-    _, world_size = _where()
+    _, world_size = rank_and_size()
     resolved = resolve_platform(platform)
     built = mesh() if callable(mesh) else mesh
     if built is None and world_size > 1:
@@ -50,7 +50,7 @@ def seed_world(
 
 def check_world(mesh: DeviceMesh | None) -> None:
     """Run :func:`hwrng.verify` over the job (a collective) and raise if any stream is wrong."""
-    _, world_size = _where()
+    _, world_size = rank_and_size()
     if world_size > 1:
         verify(mesh).raise_if_failed()
 

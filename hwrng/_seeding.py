@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -40,8 +41,10 @@ __all__ = [
 
 _lock = threading.Lock()
 _in_force: Seeding | None = None
-# The DeviceMesh the plan in force was made on (verify compares ranks along its dims).
-_mesh: DeviceMesh | None = None
+# The DeviceMesh the plan in force was made on (verify compares ranks along its dims), held
+# weakly: a mesh kept alive past destroy_process_group keeps its process groups alive too,
+# and gloo then aborts at interpreter exit ("terminate called without an active exception").
+_mesh: weakref.ref[DeviceMesh] | None = None
 
 
 def current_seeding() -> Seeding | None:
@@ -61,8 +64,11 @@ def current_seeding() -> Seeding | None:
 
 
 def seeded_mesh() -> DeviceMesh | None:
-    """The DeviceMesh the plan in force was made on, while this process holds it."""
-    return _mesh
+    """The DeviceMesh the plan in force was made on, while this process holds it.
+
+    hwrng keeps only a weak reference: once the job drops its mesh, this is ``None``.
+    """
+    return _mesh() if _mesh is not None else None
 
 
 def record_seeding(seeding: Seeding | None, mesh: DeviceMesh | None = None) -> None:
@@ -75,11 +81,12 @@ def record_seeding(seeding: Seeding | None, mesh: DeviceMesh | None = None) -> N
     global _in_force, _mesh
     from hwrng._mesh import MeshLayout
 
-    if mesh is None and _mesh is not None and seeding is not None and seeding.layout is not None:
-        mesh = _mesh if MeshLayout.of(_mesh) == seeding.layout else None
+    held = seeded_mesh()
+    if mesh is None and held is not None and seeding is not None and seeding.layout is not None:
+        mesh = held if MeshLayout.of(held) == seeding.layout else None
     with _lock:
         _in_force = seeding
-        _mesh = mesh
+        _mesh = None if mesh is None else weakref.ref(mesh)
 
 
 def _seed_numpy_legacy(seed: int) -> None:

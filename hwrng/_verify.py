@@ -24,7 +24,8 @@ between replicas too: Megatron's tensor-parallel stream does), or across the
 dims its preset says it varies along.
 
 Without a DeviceMesh over the whole group (a plan over process groups, a
-preset's plan, a plan made on a submesh, or ``group=``), the group is compared
+preset's plan, a plan made on a submesh or on a mesh the job has dropped, or
+``group=``), the group is compared
 as one: a gather over the whole group, whose cost grows with it.
 """
 
@@ -514,7 +515,7 @@ def verify(
     gets the same report, failing with ``setup failed on rank r: ...``.
 
     With a DeviceMesh over the whole world (``mesh``, or the one the plan was
-    made on), ranks are compared along each of its dims: per rank, a few
+    made on, while the job holds it), ranks are compared along each of its dims: per rank, a few
     reductions of some hundred bytes, plus one gather of a row per stream from
     each rank along each dim whose ranks should differ. Otherwise the group is
     compared as one, with a gather over all of it.

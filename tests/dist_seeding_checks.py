@@ -157,3 +157,28 @@ def mesh_refusals(seed: int) -> list[str]:
     after = (torch.get_rng_state(), random.getstate(), np.random.get_state()[1].tolist())
     assert torch.equal(before[0], after[0]) and before[1:] == after[1:], "refusals touched an RNG"
     return messages
+
+
+def the_seeded_mesh_is_not_kept_alive(seed: int) -> dict[str, bool]:
+    """hwrng remembers the seeded mesh for verify, but must not keep it (and its groups) alive."""
+    import gc
+    import weakref
+
+    from hwrng._seeding import seeded_mesh
+
+    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    hwrng.manual_seed(seed, mesh, sharded_dims=["tp"], platform="cpu")
+    held_while_alive = seeded_mesh() is mesh
+    plan = hwrng.current_seeding()
+    hwrng._seeding.record_seeding(plan)  # a plan restored on its own mesh keeps the mesh
+    kept_on_restore = seeded_mesh() is mesh
+    gone = weakref.ref(mesh)
+    del mesh
+    gc.collect()
+    return {
+        "held_while_alive": held_while_alive,
+        "kept_on_restore": kept_on_restore,
+        "freed": gone() is None,
+        "forgotten": seeded_mesh() is None,
+        "plan_kept": hwrng.current_seeding() is plan,
+    }

@@ -118,3 +118,16 @@ def test_a_group_this_rank_is_not_in_is_named(pool: DistributedPool) -> None:
     assert results[0] == "4"
     for message in results[1:]:
         assert message.startswith("MeshError: this rank is not a member of groups[0]")
+
+
+def test_the_seeded_mesh_is_remembered_but_not_kept_alive(pool: DistributedPool) -> None:
+    """A mesh hwrng kept alive would keep its process groups past destroy_process_group (gloo
+    then aborts at exit: 4 runs of 20 of docs/checkpoint.md's example on torch 2.15)."""
+    for found in pool.run(checks.the_seeded_mesh_is_not_kept_alive, 7):
+        assert found == {
+            "held_while_alive": True,
+            "kept_on_restore": True,
+            "freed": True,
+            "forgotten": True,
+            "plan_kept": True,
+        }

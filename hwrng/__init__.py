@@ -64,10 +64,10 @@ from hwrng._seeding import current_seeding, manual_seed, seed_everything
 from hwrng._sharding import ShardSpec, shard_offsets
 from hwrng._states import RNGStatesTracker
 from hwrng._tracker import OffsetTracker
-from hwrng._verify import StreamVerdict, VerifyReport, verify
 from hwrng._version import __version__
 from hwrng._workers import WorkerInitFn, WorkerSeeds, worker_init_fn, worker_seeds
 from hwrng.hookspecs import hookimpl
+from hwrng.verify import StreamVerdict, VerifyReport, verify
 
 if TYPE_CHECKING:
     from hwrng._dcp_planner import RNGLoadPlanner, RNGSavePlanner

@@ -7,10 +7,12 @@ one that hurts, so checkpoints and verification talk only through:
   words (a minimum is the maximum of negated words);
 * :meth:`Comm.broadcast_text`: one fixed-size message from one rank, sent
   only on a path that has already failed;
-* :meth:`Comm.gather_rows`: an ``all_gather`` of fixed-size rows within *one
-  mesh dim's group* (its size is that dim's, not the world's), or within the
-  whole group where no mesh is known -- the one place a cost may grow, and
-  the callers say when.
+* :meth:`Comm.exchange`: an ``all_to_all`` within *one mesh dim's group*:
+  one word per member (how many words follow), then the words each member is
+  sent -- a few per rank, whatever the group's size;
+* :meth:`Comm.gather_rows`: an ``all_gather`` of fixed-size rows within one
+  group, used only where no mesh is known (its cost grows with the group, and
+  the callers say when).
 
 Words are non-negative integers below ``2**62`` (:data:`WORD_LIMIT`), so a
 negated word never overflows. Without an initialised process group a
@@ -206,6 +208,53 @@ class Comm:
         gathered = [torch.empty_like(payload) for _ in range(self.size)]
         dist.all_gather(gathered, payload, group=self.group)
         return [[int(w) for w in g.cpu().tolist()] for g in gathered]
+
+    def exchange(self, outgoing: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Send ``outgoing[p]`` to group position ``p``; return what each position sent here.
+
+        Two ``all_to_all`` calls: one word per member (how many words it is
+        sent), then the words themselves. The first grows with the group's
+        size (callers exchange within one mesh dim's group); the second carries
+        only what is sent.
+
+        Parameters
+        ----------
+        outgoing
+            One list of words per group position (this rank's own included).
+
+        Returns
+        -------
+        list of list of int
+            The words each group position sent to this rank, in group order.
+        """
+        import torch.distributed as dist
+
+        if len(outgoing) != self.size:
+            raise ValueError(
+                f"exchange needs one list per member ({self.size}), got {len(outgoing)}"
+            )
+        if self.size == 1:
+            return [[int(w) for w in outgoing[0]]]
+        sent = [len(words) for words in outgoing]
+        counts = torch.tensor(sent, dtype=torch.int64, device=self.device)
+        incoming = torch.empty_like(counts)
+        dist.all_to_all_single(incoming, counts, group=self.group)
+        received_counts = [int(n) for n in incoming.cpu().tolist()]
+        payload = self._words(w for words in outgoing for w in words)
+        received = torch.empty(sum(received_counts), dtype=torch.int64, device=self.device)
+        dist.all_to_all_single(
+            received,
+            payload,
+            output_split_sizes=received_counts,
+            input_split_sizes=sent,
+            group=self.group,
+        )
+        words = [int(w) for w in received.cpu().tolist()]
+        result, start = [], 0
+        for count in received_counts:
+            result.append(words[start : start + count])
+            start += count
+        return result
 
     def first_ranks(self, flagged: bool, limit: int) -> list[int]:
         """The lowest ``limit`` group positions whose ``flagged`` is true, on every rank.

@@ -17,16 +17,18 @@ import hwrng
 NAMES = ("dp", "tp")
 
 
-class _GatherSizes(TorchDispatchMode):
-    """How many ranks each all_gather dispatched inside it gathers from."""
+class _GroupSizes(TorchDispatchMode):
+    """Each collective dispatched inside it: its name and how many ranks its group holds."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.sizes: list[int] = []
+        self.sizes: list[tuple[str, int]] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if str(func) == "c10d.allgather_.default":
-            self.sizes.append(len(args[0][0]))
+        if func.namespace == "c10d":
+            group = next(a for a in args if isinstance(a, torch.ScriptObject))
+            size = dist.ProcessGroup.unbox(group).size()
+            self.sizes.append((func.__name__.split(".")[0], size))
         return func(*args, **(kwargs or {}))
 
 
@@ -76,7 +78,7 @@ def scenario(fault: str, sharded: list[str]) -> dict[str, Any]:
     if fault == "extra draw" and rank == 6:
         torch.rand(1)
     before = _snapshot()
-    with CommDebugMode() as comms, _GatherSizes() as gathers:
+    with CommDebugMode() as comms, _GroupSizes() as groups:
         report = hwrng.verify(mesh, sharded_dims=sharded if fault == "other means" else None)
     unchanged = _same(before, _snapshot())
     try:
@@ -92,7 +94,7 @@ def scenario(fault: str, sharded: list[str]) -> dict[str, Any]:
         "raised": raised,
         "unchanged": unchanged,
         "collectives": {str(op): n for op, n in comms.get_comm_counts().items()},
-        "gathered_from": gathers.sizes,
+        "groups": groups.sizes,
         "text": report.describe(),
     }
 
@@ -114,7 +116,7 @@ def _mesh_2x2(names: tuple[str, str] = ("dp", "tp")) -> Any:
 
 
 def one_rank_cannot_build(fault: str) -> dict[str, Any]:
-    """One rank fails before the all_gather (no plan; a stream only it lacks); all get a verdict."""
+    """One rank fails before judging (no plan), or lacks a stream; all get the same verdict."""
     mesh = _mesh_2x2()
     rank = dist.get_rank()
     hwrng.manual_seed(42, mesh, sharded_dims=["tp"], platform="cpu")
@@ -122,10 +124,15 @@ def one_rank_cannot_build(fault: str) -> dict[str, Any]:
     tracker.add("only-here", 7 + rank)
     if fault == "reseeded itself" and rank == 1:
         hwrng.seed_everything(5, "cpu")
-    chosen = ["torch.cpu", "state:verify-rule/only-here"] if fault == "unknown stream" else None
+    chosen = {
+        "a stream one rank lacks": ["torch.cpu", "state:verify-rule/only-here"],
+        "a stream no rank holds": ["torch.cpu", "state:nowhere/at-all"],
+    }.get(fault)
     report = hwrng.verify(streams=chosen)
     del tracker
-    return _outcome(report)
+    outcome = _outcome(report)
+    outcome["streams"] = [v.stream for v in report.streams]
+    return outcome
 
 
 def bad_arguments_refused_before_any_collective(case: str) -> str:
@@ -229,6 +236,39 @@ def slapo_named_state() -> dict[str, Any]:
     presets.slapo_set_random_seed(1234, pp_rank=pp, platform="cpu")
     tracker = hwrng.RNGStatesTracker("cpu", name="user")
     tracker.add("my-tp-rng", 999 + 100 * pp)
+    try:
+        return _outcome(hwrng.verify())
+    finally:
+        del tracker
+
+
+def out_of_step_beside_private_submeshes(fault: str) -> dict[str, Any]:
+    """dp=2 x tp=2 x cp=1: DTensor ops on the whole mesh and on each rank's own 1-rank mesh
+    (``mesh["cp"]``); ``fault``: rank 3 runs one op more on the whole mesh."""
+    mesh = init_device_mesh("cpu", (2, 2, 1), mesh_dim_names=("dp", "tp", "cp"))
+    hwrng.manual_seed(3, mesh, sharded_dims=["tp"], platform="cpu")
+    own = mesh["cp"]
+    hwrng.dtensor.install("cpu")
+    try:
+        distribute_tensor(torch.zeros(4, 4), mesh, [Replicate(), Shard(0), Replicate()]).uniform_()
+        distribute_tensor(torch.zeros(3), own, [Replicate()]).normal_()
+        if fault == "one more op on rank 3" and dist.get_rank() == 3:
+            DTensor.from_local(torch.zeros(4), mesh, [Replicate()] * 3, run_check=False).uniform_()
+    finally:
+        hwrng.dtensor.uninstall()
+    return _outcome(hwrng.verify())
+
+
+def state_of_one_stage(fault: str) -> dict[str, Any]:
+    """pp=2 x tp=2 sharded along pp and tp; only stage 0 holds a named state (a sound job);
+    ``fault``: both of its tp ranks seed it alike."""
+    mesh = _mesh_2x2(("pp", "tp"))
+    rank = dist.get_rank()
+    hwrng.manual_seed(7, mesh, sharded_dims=["pp", "tp"], platform="cpu")
+    tracker = None
+    if rank < 2:
+        tracker = hwrng.RNGStatesTracker("cpu", name="stage0")
+        tracker.add("head-dropout", 50 if fault == "one seed on both tp ranks" else 50 + rank)
     try:
         return _outcome(hwrng.verify())
     finally:

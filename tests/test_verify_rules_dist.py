@@ -32,11 +32,19 @@ def test_a_rank_without_a_plan_gets_every_rank_a_setup_verdict(pool: Distributed
     ]
 
 
-def test_a_stream_one_rank_lacks_gets_every_rank_a_setup_verdict(pool: DistributedPool) -> None:
-    result = _one_verdict(pool.run(checks.one_rank_cannot_build, "unknown stream"))
+def test_a_stream_one_rank_lacks_is_judged_among_the_ranks_that_hold_it(
+    pool: DistributedPool,
+) -> None:
+    result = _one_verdict(pool.run(checks.one_rank_cannot_build, "a stream one rank lacks"))
+    assert result["ok"], result["text"]
+    assert result["streams"] == ["torch.cpu", "state:verify-rule/only-here"]
+
+
+def test_a_stream_no_rank_holds_gets_every_rank_a_setup_verdict(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.one_rank_cannot_build, "a stream no rank holds"))
     ranks, problems = result["failures"]["setup"]
-    assert ranks == [3]
-    assert problems[0].startswith("setup failed on rank 3: InvalidArgumentError: unknown stream")
+    assert ranks == []
+    assert problems == ["no rank holds stream(s) ['state:nowhere/at-all']"]
 
 
 @pytest.mark.parametrize(
@@ -128,3 +136,27 @@ def test_verify_on_a_group_refuses_ranks_outside_it(pool: DistributedPool) -> No
         assert results[rank].startswith(
             f"DistributedError: this rank ({rank}) is not a member of the group given to verify"
         )
+
+
+def test_a_rank_out_of_step_is_named_beside_private_submeshes(pool: DistributedPool) -> None:
+    """Ops on each rank's own 1-rank mesh do not hide a rank one op ahead on the whole mesh."""
+    result = _one_verdict(pool.run(checks.out_of_step_beside_private_submeshes, "none"))
+    assert result["ok"], result["text"]
+    result = _one_verdict(
+        pool.run(checks.out_of_step_beside_private_submeshes, "one more op on rank 3")
+    )
+    ranks, problems = result["failures"]["dtensor"]
+    assert ranks == [3] and problems[0].startswith("replicas disagree: rank 3"), problems
+    # on the CPU, DTensor ops draw from torch's CPU generator: rank 3 is off its one replica
+    assert set(result["failures"]) == {"dtensor", "torch.cpu"}, result["text"]
+    ranks, problems = result["failures"]["torch.cpu"]
+    assert ranks == [1, 3] and "no majority" in problems[0], problems
+
+
+def test_a_named_state_of_one_stage_is_judged_among_its_ranks(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.state_of_one_stage, "none"))
+    assert result["ok"], result["text"]
+    assert "state:stage0/head-dropout" in result["text"]
+    result = _one_verdict(pool.run(checks.state_of_one_stage, "one seed on both tp ranks"))
+    ranks, problems = result["failures"]["state:stage0/head-dropout"]
+    assert ranks == [0, 1] and problems[0].startswith("shards draw alike: rank 0"), problems

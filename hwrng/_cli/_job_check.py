@@ -6,15 +6,16 @@ tensors, initialises a small tensor-parallel model (``ColwiseParallel`` /
 ``RowwiseParallel`` with biases) and runs its dropout, draws local dropout in a
 named state, and calls :func:`hwrng.verify`. Then the ranks judge what they
 drew together, against what the plan says (replicas equal, shards distinct,
-pipeline stages distinct), with the rule and the collectives ``hwrng.verify``
-uses (``hwrng._judge``): along each mesh dim, so no rank gathers the others'
-results and the cost per rank does not grow with the world. Every rank ends
-with the same :class:`CheckReport`; :func:`format_report` prints it. The report
-claims only what was compared: a mesh without replicas says so.
+pipeline stages distinct), with the rule and the algorithm ``hwrng.verify``
+uses (``hwrng.verify._judging``): every pair of ranks, while no rank gathers
+the others' results and the cost per rank does not grow with the world. Every
+rank ends with the same :class:`CheckReport`; :func:`format_report` prints it.
+The report claims only what was compared: a mesh without replicas says so.
 
 DTensors live on each pipeline stage's mesh (every dim but ``pp``), as in a
 pipeline-parallel job; the model on the tensor-parallel dim (``tp``, else the
-last dim).
+last dim), its hidden width a multiple of that dim's size so that any size
+splits it.
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ from typing import Any
 
 import torch
 
-from hwrng._agreement import Claim
 from hwrng._cli._table import format_table
 from hwrng._collectives import Comm, digest62, digest_of
-from hwrng._judge import Judged, Topology, judge
 from hwrng._mesh import unravel_index
 from hwrng._plan import rank_seed
 from hwrng._sharding import ShardSpec
+from hwrng.verify._judging import Judged, judging
+from hwrng.verify._rule import Observation
+from hwrng.verify._topology import over_mesh
+from hwrng.verify._wire import drive
 
 __all__ = [
     "CheckReport",
@@ -70,7 +73,7 @@ class Layout(enum.Enum):
     """How a DTensor op of the check lays its tensor over the op mesh.
 
     :func:`run_rank` draws each op with its layout's placements and reports
-    the layout beside the op's digest; :func:`judge` rebuilds the same
+    the layout beside the op's digest; :func:`run_rank` rebuilds the same
     placements from it to tell which ranks hold the same shard.
     """
 
@@ -133,6 +136,8 @@ def _ops(mesh: Any, tp_dim: str) -> dict[str, tuple[Layout, Any]]:
 
 #: ``hwrng check`` prints the seeds of at most this many ranks (every rank checks its own).
 SEED_ROWS = 64
+#: The model's hidden width per tensor-parallel rank (8 on each, as 16 over tp=2).
+HIDDEN_PER_RANK = 8
 
 
 @dataclass(frozen=True)
@@ -179,8 +184,12 @@ def _draw(mesh: Any, platform: Any, seed: int, sharded: list[str]) -> _Drawn:
     try:
         for name, (layout, make) in _ops(op_mesh, tp_dim).items():
             ops[name] = (layout, *_word(make().to_local()))
+        hidden = HIDDEN_PER_RANK * tp_mesh.size()  # ColwiseParallel splits it over tp
         model = torch.nn.Sequential(
-            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8), torch.nn.Dropout(0.5)
+            torch.nn.Linear(8, hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(hidden, 8),
+            torch.nn.Dropout(0.5),
         ).to(platform.device())
         parallelize_module(
             model,
@@ -205,6 +214,11 @@ def _draw(mesh: Any, platform: Any, seed: int, sharded: list[str]) -> _Drawn:
     report = hwrng.verify()
     del tracker
     return _Drawn(my_seed, coordinate, ops, params, output, local, report)
+
+
+_PARAMETERS = "model parameters after reset_parameters"
+_OUTPUT = "model output, dropout included"
+_LOCAL = "local dropout in a named state"
 
 
 def _shards(layout: Layout, mesh: dict[str, int], op_dims: list[str], tp_dim: str) -> int:
@@ -247,8 +261,8 @@ def run_rank(
 ) -> dict[str, Any]:
     """What every rank runs: seed, draw, verify, judge with the others; the report as a dict.
 
-    The ranks judge together, comparing along each mesh dim (see
-    :mod:`hwrng._judge`): no rank gathers the others' results, and every rank
+    The ranks judge together, every pair of them (see
+    :mod:`hwrng.verify._judging`): no rank gathers the others' results, and every rank
     returns the same report.
     """
     import torch.distributed as dist
@@ -268,8 +282,8 @@ def run_rank(
     op_dims, tp_dim = _op_dims(names), _tp_dim(names)
     apart = [d for d in sharded if d not in op_dims]
     model_apart = [d for d in sharded if d != tp_dim]
-    claims = []
-    for layout, digest, numel in drawn.ops.values():
+    checks: dict[str, Observation] = {}
+    for name, (layout, digest, numel) in drawn.ops.items():
         spec = ShardSpec(
             (16, 16),
             tuple(mesh_sizes[d] for d in op_dims),
@@ -277,13 +291,19 @@ def run_rank(
             tuple(drawn.coordinate[d] for d in op_dims),
         )
         key = digest_of(tuple(drawn.coordinate[d] for d in apart), spec.shard_index)
-        claims.append(Claim(digest, key, key, empty=numel == 0))
+        checks[name] = Observation(digest, key, key, empty=numel == 0)
     model_key = digest_of(tuple(drawn.coordinate[d] for d in model_apart))
-    claims.append(Claim(drawn.params, model_key, model_key))
-    claims.append(Claim(drawn.output, model_key, model_key))
+    checks[_PARAMETERS] = Observation(drawn.params, model_key, model_key)
+    checks[_OUTPUT] = Observation(drawn.output, model_key, model_key)
     rank_key = digest_of(dist.get_rank())
-    claims.append(Claim(drawn.named_local, rank_key, rank_key))
-    judged = judge(claims, Topology.over_mesh(mesh, whole, platform))
+    checks[_LOCAL] = Observation(drawn.named_local, rank_key, rank_key)
+    topology = over_mesh(mesh, whole, platform)
+    outcome = drive(
+        judging([[o] for o in checks.values()], topology.place, topology.name),
+        whole,
+        topology.lines,
+    )
+    judged = dict(zip(checks, outcome.judged, strict=True))
     wrong = drawn.seed != rank_seed(seed, drawn.coordinate, mesh_sizes, sharded)
     (count,) = whole.sum([int(wrong)])
     odd = whole.first_ranks(wrong, 16)
@@ -308,27 +328,17 @@ def run_rank(
             else "seed + linear index, on every rank",
         )
     )
-    for (name, (layout, _, _)), found in zip(drawn.ops.items(), judged, strict=False):
+    stages = math.prod(mesh_sizes[d] for d in apart)
+    for name, (layout, _, _) in drawn.ops.items():
         shards = _shards(layout, mesh_sizes, op_dims, tp_dim)
-        stages = math.prod(mesh_sizes[d] for d in apart)
+        found = judged[name]
         report.ops.append(_verdict(name, found, _op_detail(found, shards, stages)))
-    n = len(drawn.ops)
+    for name in (_PARAMETERS, _OUTPUT):
+        report.ops.append(_verdict(name, judged[name], _model_detail(judged[name], tp_dim)))
+    local = judged[_LOCAL]
     report.ops.append(
         _verdict(
-            "model parameters after reset_parameters",
-            judged[n],
-            _model_detail(judged[n], tp_dim),
-        )
-    )
-    report.ops.append(
-        _verdict(
-            "model output, dropout included", judged[n + 1], _model_detail(judged[n + 1], tp_dim)
-        )
-    )
-    local = judged[n + 2]
-    report.ops.append(
-        _verdict(
-            "local dropout in a named state",
+            _LOCAL,
             local,
             "a mask of its own on every rank"
             if local.compared_apart

@@ -10,7 +10,7 @@ from hwrng._exceptions import CheckpointError
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
 from hwrng._seeding import manual_seed
-from hwrng._verify import verify
+from hwrng.verify import verify
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh

@@ -38,9 +38,9 @@ from hwrng._dcp_planner import RNGLoadPlanner
 from hwrng._exceptions import InvalidValueError
 from hwrng._platform import Platform
 from hwrng._seeding import manual_seed
-from hwrng._verify import verify as verify_streams
 from hwrng.dtensor import install
 from hwrng.integrations._world import refuse_persistent_workers
+from hwrng.verify import verify as verify_streams
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh

@@ -1,0 +1,324 @@
+"""``hwrng.verify``: prove at run time that replicas agree and shards differ, pair by pair."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hwrng._collectives import Comm, digest_of, rank_and_size
+from hwrng._mesh import MeshLayout
+from hwrng._plan import Seeding
+from hwrng._platform import Platform
+from hwrng._registry import resolve_platform
+from hwrng._seeding import current_seeding
+from hwrng.verify._judging import Judged, judging
+from hwrng.verify._report import StreamVerdict, VerifyReport
+from hwrng.verify._rule import Observation
+from hwrng.verify._setup import (
+    agree_on,
+    check_arguments,
+    comparison_mesh,
+    group_problems,
+    members_digest,
+    name_minority,
+    names_message,
+    union_of_names,
+)
+from hwrng.verify._streams import (
+    SHARDS_DIFFER,
+    check_stream_names,
+    expectation_of,
+    keys_for,
+    named_apart,
+    order,
+    rank_streams,
+)
+from hwrng.verify._topology import Topology, over_group, over_mesh
+from hwrng.verify._wire import drive
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+__all__ = ["verify"]
+
+#: Ranks that broadcast the problems they found, at most (the rest are counted).
+SHOWN = 16
+#: Plans that record the job's parallel layout rather than a trainer's seed formula.
+_LAYOUT_SOURCES = ("manual_seed", "groups")
+#: The check after the streams: are any two ranks replicas at all?
+_REPLICAS = "(replicas)"
+
+
+@dataclass(frozen=True)
+class _Fingerprint:
+    """What this rank contributes: its streams, and what every rank must share."""
+
+    observations: dict[str, tuple[Observation, ...]]
+    names: list[str]
+    names_message: str
+    wanted: int
+    replica: int
+    plan: int
+    plan_words: str
+    layout: MeshLayout | None
+    groups: list[int]
+    seeding: Seeding | None  # the plan the keys came from (None with sharded_dims)
+    preset: str | None
+
+
+def _fingerprint(
+    mesh: Any,
+    sharded_dims: tuple[str, ...] | None,
+    wanted: list[str] | None,
+    platform: Platform,
+    checked: Sequence[int] | None,
+) -> _Fingerprint:
+    """Everything this rank sends; may raise (the caller turns that into a setup failure)."""
+    plan = current_seeding()
+    seeding = plan if sharded_dims is None else None
+    keys = keys_for(seeding, mesh, sharded_dims)
+    streams = rank_streams(platform, plan, seeding, keys.replica, mesh)
+    held = {s.name: s.observations for s in streams}
+    if wanted is not None:
+        held = {name: obs for name, obs in held.items() if name in wanted}
+    names = sorted(held, key=order)
+    groups: list[int] = []
+    if seeding is not None and any(d.members is not None for d in seeding.dims):
+        inside = set(checked if checked is not None else range(rank_and_size()[1]))
+        groups = [
+            members_digest(set(d.members) & inside) for d in seeding.dims if d.members is not None
+        ]
+    preset = None
+    if seeding is not None and seeding.source not in _LAYOUT_SOURCES:
+        terms = ", ".join(d.name for d in seeding.dims if d.weight) or "none"
+        preset = f"the {seeding.source} plan (its terms: {terms})"
+    return _Fingerprint(
+        held,
+        names,
+        names_message(names),
+        digest_of(wanted),
+        keys.replica,
+        keys.plan,
+        keys.words,
+        keys.layout,
+        groups,
+        seeding,
+        preset,
+    )
+
+
+def verify(
+    mesh: DeviceMesh | None = None,
+    *,
+    sharded_dims: Sequence[str] | None = None,
+    streams: Iterable[str] | None = None,
+    group: dist.ProcessGroup | None = None,
+    platform: Platform | str | None = None,
+) -> VerifyReport:
+    """Check every RNG stream of every rank against the seed plan: every pair of ranks.
+
+    Call it on every rank of ``group`` (a collective). It changes no RNG state:
+    streams are read, never drawn from. It never leaves a peer waiting: a rank
+    that cannot build its observations (no plan in force, a mesh it is not in,
+    ...) still joins the collectives, and every rank gets the same report,
+    failing with ``setup failed on rank r: ...``.
+
+    Every pair of ranks is judged -- ranks that should be replicas must hold
+    equal streams, ranks that should differ must not -- whatever mesh dims
+    separate them. With a DeviceMesh over the whole world (``mesh``, or the one
+    the plan was made on, while the job holds it) the cost per rank stays set
+    by the mesh's dims, never the world: a few fixed-size reductions, and an
+    exchange of a few records along each dim some stream varies along (one
+    word per rank of that dim). Otherwise the group is judged as one, at a
+    cost that grows with it.
+
+    Parameters
+    ----------
+    mesh
+        The DeviceMesh DTensor ops run on (each rank passes its own, e.g. its
+        pipeline stage's submesh); ranks are named by their coordinates in it.
+        By default the DTensor stream is judged on each mesh the DTensor
+        adapter ran random ops on since the plan was made, among the ranks of
+        that mesh (each pipeline stage on its own submesh), and ranks are
+        named by the plan's mesh.
+    sharded_dims
+        Dims of ``mesh`` along which ranks should differ, when no plan is in
+        force (ranks seeded by other means) or to check another expectation.
+        By default the plan's.
+    streams
+        The stream names to check (see :class:`~hwrng.StreamVerdict`); by
+        default every one: torch CPU, each device of the platform, ``random``,
+        NumPy, every named state of every live :class:`~hwrng.RNGStatesTracker`,
+        and the DTensor stream. A stream some ranks lack (a named state of one
+        pipeline stage) is judged among the ranks that hold it.
+    group
+        The process group to check over; by default the whole world.
+    platform
+        Whose devices to read; by default the plan's platform, else
+        :func:`hwrng.get_platform`'s choice.
+
+    Returns
+    -------
+    VerifyReport
+        The same report on every rank; ``report.raise_if_failed()`` raises.
+        Ranks whose plans differ (seed, terms, preset, platform, mesh shape,
+        resume generation), or whose process groups do not match their
+        members' groups, fail the ``plan`` check. After a preset that knows
+        what its named states differ along (Megatron: the tensor-parallel
+        stream along ``pp`` and ``tp``), they are judged so; after one that
+        does not, named states are compared only between ranks the plan
+        tells apart, and their verdicts say so (``unjudged``).
+
+    Raises
+    ------
+    DistributedError
+        On every rank, before any collective, if ``torch.distributed`` is not
+        initialised; on a rank outside ``group`` (which must not call it).
+    MeshError
+        On every rank, before any collective, if ``mesh`` is not a DeviceMesh
+        or ``sharded_dims`` are malformed or given without a mesh.
+    InvalidArgumentError
+        On every rank, before any collective, if ``streams`` is not a list of
+        distinct names.
+    """
+    dims = check_arguments(mesh, sharded_dims, group)
+    wanted = check_stream_names(streams)
+    plan = current_seeding()
+    resolved = resolve_platform(platform if platform is not None or plan is None else plan.platform)
+    whole = Comm(group, resolved)
+    failure = ""
+    fingerprint: _Fingerprint | None = None
+    comparison = None
+    try:
+        comparison = comparison_mesh(mesh, group, plan if dims is None else None)
+        checked = None if group is None else whole.global_ranks()
+        fingerprint = _fingerprint(mesh, dims, wanted, resolved, checked)
+    except Exception as error:  # any failure must still reach the collectives
+        failure = f"{type(error).__name__}: {error}"
+    mine = fingerprint
+    agreed = agree_on(
+        whole,
+        mine is None,
+        {
+            "streams asked": mine.wanted if mine is not None else 0,
+            "plan": mine.plan if mine is not None else 0,
+            "stream names": digest_of(mine.names) if mine is not None else 0,
+            "mesh": _mesh_word(comparison),
+        },
+    )
+    layout = mine.layout if mine is not None else None
+    fallback = over_group(whole, layout)
+    if agreed.failed:
+        return _setup_failed(whole, failure if mine is None else None, fallback)
+    assert mine is not None  # no rank failed, this one included
+    words = mine.plan_words
+    if not agreed.same["streams asked"]:
+        problems, ranks = name_minority(whole, mine.wanted, "the streams asked for", fallback.name)
+        verdict = StreamVerdict("setup", "every rank checks the same streams", problems, ranks)
+        return _report(whole, [verdict], fallback, words)
+    if not agreed.same["plan"]:
+        problems, ranks = name_minority(whole, mine.plan, "the seed plan", fallback.name)
+        verdict = StreamVerdict("plan", "every rank holds the same seed plan", problems, ranks)
+        return _report(whole, [verdict], fallback, words)
+    if mine.groups:
+        found = group_problems(whole, mine.groups, fallback.name)
+        if found is not None:
+            verdict = StreamVerdict("plan", "every rank holds the same seed plan", *found)
+            return _report(whole, [verdict], fallback, words)
+    names = (
+        mine.names
+        if agreed.same["stream names"]
+        else union_of_names(whole, mine.names, mine.names_message)
+    )
+    missing = [] if isinstance(names, str) or wanted is None else sorted(set(wanted) - set(names))
+    if isinstance(names, str) or missing:
+        text = names if isinstance(names, str) else f"no rank holds stream(s) {missing}"
+        verdict = StreamVerdict("setup", "every stream asked for is held", (text,))
+        return _report(whole, [verdict], fallback, words)
+    topology = fallback
+    if comparison is not None and agreed.same["mesh"]:
+        topology = over_mesh(comparison, whole, resolved, layout)
+    observations = [mine.observations.get(name, ()) for name in names]
+    replica = Observation(mine.replica, mine.replica, mine.replica)
+    outcome = drive(
+        judging([*observations, (replica,)], topology.place, topology.name, shown=SHOWN),
+        whole,
+        topology.lines,
+    )
+    verdicts = _stream_verdicts(names, outcome.judged, mine)
+    return _report(whole, verdicts, topology, words)
+
+
+def _mesh_word(mesh: Any) -> int:
+    """A digest of the comparison mesh's dims and ranks (0 for none): every rank must share it."""
+    if mesh is None:
+        return 0
+    from hwrng._mesh import mesh_tensor
+
+    return digest_of(
+        tuple(mesh.mesh_dim_names or ()), tuple(mesh.shape), mesh_tensor(mesh).tobytes()
+    )
+
+
+def _stream_verdicts(
+    names: list[str], judged: list[Judged], mine: _Fingerprint
+) -> list[StreamVerdict]:
+    replicas_exist = judged[-1].compared_equal
+    verdicts = []
+    for name, found in zip(names, judged, strict=False):
+        unjudged = ""
+        if (
+            expectation_of(name) == SHARDS_DIFFER
+            and mine.preset is not None
+            and named_apart(name, mine.seeding) is None
+            and replicas_exist
+        ):
+            unjudged = (
+                f"ranks that {mine.preset} does not tell apart were not compared, so a "
+                "state with one seed on every tensor-parallel rank passes; to judge it, "
+                "pass mesh= and sharded_dims= with streams=[this state]"
+            )
+        problems = found.problems
+        if found.hidden:
+            problems += (f"... and {found.hidden} more violation(s) not shown",)
+        verdicts.append(
+            StreamVerdict(
+                name,
+                expectation_of(name),
+                problems,
+                found.ranks,
+                unjudged,
+                replicas_compared=found.compared_equal,
+                shards_compared=found.compared_apart,
+            )
+        )
+    return verdicts
+
+
+def _report(
+    whole: Comm, verdicts: list[StreamVerdict], topology: Topology, plan: str
+) -> VerifyReport:
+    named = sorted({r for v in verdicts for r in v.ranks})
+    coordinates = tuple((r, topology.coordinate(r) or {"rank": r}) for r in named)
+    return VerifyReport(
+        whole.global_rank(whole.rank), whole.size, tuple(verdicts), coordinates, plan
+    )
+
+
+def _setup_failed(whole: Comm, failure: str | None, topology: Topology) -> VerifyReport:
+    """Every rank's report when some rank could not build its observations."""
+    (count,) = whole.sum([int(failure is not None)])
+    collected = whole.collect_texts(failure, SHOWN)
+    ranks = tuple(whole.global_rank(position) for position, _ in collected)
+    problems = tuple(
+        f"setup failed on rank {rank}: {text}"
+        for rank, (_, text) in zip(ranks, collected, strict=True)
+    )
+    if count > len(collected):
+        problems += (f"... and {count - len(collected)} more rank(s) failed",)
+    verdict = StreamVerdict("setup", "every rank builds its observations", problems, ranks)
+    coordinates = tuple((r, {"rank": r}) for r in ranks)
+    me = whole.global_rank(whole.rank)
+    return VerifyReport(me, whole.size, (verdict,), coordinates, "unknown (setup failed)")

@@ -273,3 +273,19 @@ def state_of_one_stage(fault: str) -> dict[str, Any]:
         return _outcome(hwrng.verify())
     finally:
         del tracker
+
+
+def transposed_mesh(fault: str) -> dict[str, Any]:
+    """A mesh whose ranks are not in init_device_mesh's order (dp=2 x tp=2 over [[0, 2], [1, 3]]),
+    sharded along tp, with a named state seeded per rank; ``fault``: seeded 100 + dp + tp."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    mesh = DeviceMesh("cpu", torch.tensor([[0, 2], [1, 3]]), mesh_dim_names=("dp", "tp"))
+    dp, tp = mesh.get_coordinate()  # type: ignore[misc]
+    hwrng.manual_seed(9, mesh, sharded_dims=["tp"], platform="cpu")
+    tracker = hwrng.RNGStatesTracker("cpu", name="transposed")
+    tracker.add("tp-rng", 100 + (dp + tp if fault == "seed + dp + tp" else 2 * dp + tp))
+    try:
+        return _outcome(hwrng.verify())
+    finally:
+        del tracker

@@ -160,3 +160,13 @@ def test_a_named_state_of_one_stage_is_judged_among_its_ranks(pool: DistributedP
     result = _one_verdict(pool.run(checks.state_of_one_stage, "one seed on both tp ranks"))
     ranks, problems = result["failures"]["state:stage0/head-dropout"]
     assert ranks == [0, 1] and problems[0].startswith("shards draw alike: rank 0"), problems
+
+
+def test_a_mesh_in_another_rank_order_is_judged_by_its_coordinates(pool: DistributedPool) -> None:
+    result = _one_verdict(pool.run(checks.transposed_mesh, "none"))
+    assert result["ok"], result["text"]
+    result = _one_verdict(pool.run(checks.transposed_mesh, "seed + dp + tp"))
+    ranks, problems = result["failures"]["state:transposed/tp-rng"]
+    # rank 2 sits at (dp=0, tp=1), rank 1 at (dp=1, tp=0): both seeded 101
+    assert ranks == [1, 2], result["text"]
+    assert problems == ["shards draw alike: rank 1 {'dp': 1, 'tp': 0}, rank 2 {'dp': 0, 'tp': 1}"]

@@ -6,8 +6,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hwrng._collectives import Comm, digest_of, rank_and_size
-from hwrng._mesh import MeshLayout
+from hwrng._collectives import Comm, digest62, digest_of, rank_and_size
+from hwrng._mesh import MeshLayout, mesh_tensor
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
@@ -255,11 +255,8 @@ def _mesh_word(mesh: Any) -> int:
     """A digest of the comparison mesh's dims and ranks (0 for none): every rank must share it."""
     if mesh is None:
         return 0
-    from hwrng._mesh import mesh_tensor
-
-    return digest_of(
-        tuple(mesh.mesh_dim_names or ()), tuple(mesh.shape), mesh_tensor(mesh).tobytes()
-    )
+    shape = repr((tuple(mesh.mesh_dim_names or ()), tuple(mesh.shape))).encode()
+    return digest62(shape, mesh_tensor(mesh))
 
 
 def _stream_verdicts(

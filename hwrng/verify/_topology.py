@@ -9,6 +9,7 @@ the group, at a cost that grows with it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -57,14 +58,16 @@ def over_mesh(
     coordinate = mesh.get_coordinate()
     if coordinate is None:
         raise ValueError("this rank is not in the mesh it is judged over")
-    grid = mesh_tensor(mesh).reshape(tuple(mesh.shape))
+    own = MeshLayout.of(mesh)
     axes = [d for d, size in enumerate(mesh.shape) if size > 1]
     lines = []
     for d in axes:
         group = mesh.get_group(d)
-        index = (*coordinate[:d], slice(None), *coordinate[d + 1 :])
-        ranks = grid[index].tolist()
-        positions = tuple(int(dist.get_group_rank(group, int(r))) for r in ranks)
+        positions: Sequence[int] = range(mesh.shape[d])
+        if own.ranks is not None:  # not init_device_mesh's order: look each rank up in its group
+            grid = mesh_tensor(mesh).reshape(tuple(mesh.shape))
+            ranks = grid[(*coordinate[:d], slice(None), *coordinate[d + 1 :])].tolist()
+            positions = tuple(int(dist.get_group_rank(group, int(r))) for r in ranks)
         lines.append(Line(Comm(group, platform), positions))
     place = Place(
         whole.global_rank(whole.rank),
@@ -73,7 +76,7 @@ def over_mesh(
         tuple(int(mesh.shape[d]) for d in axes),
         tuple(int(coordinate[d]) for d in axes),
     )
-    return Topology(place, lines, layout if layout is not None else MeshLayout.of(mesh))
+    return Topology(place, lines, layout if layout is not None else own)
 
 
 def over_group(whole: Comm, layout: MeshLayout | None = None) -> Topology:
@@ -82,4 +85,4 @@ def over_group(whole: Comm, layout: MeshLayout | None = None) -> Topology:
     if whole.size == 1:
         return Topology(Place(rank, 0, 1, (), ()), [], layout)
     place = Place(rank, whole.rank, whole.size, (whole.size,), (whole.rank,))
-    return Topology(place, [Line(whole, tuple(range(whole.size)))], layout)
+    return Topology(place, [Line(whole, range(whole.size))], layout)

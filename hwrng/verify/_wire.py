@@ -136,7 +136,7 @@ class Line:
     """A rank's group along one axis, and the group position of each coordinate on it."""
 
     comm: Comm
-    positions: tuple[int, ...]
+    positions: Sequence[int]
 
 
 def drive(steps: Steps[T], whole: Comm, lines: Sequence[Line]) -> T:

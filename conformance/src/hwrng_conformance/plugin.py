@@ -116,13 +116,15 @@ def platform(platform_name: str) -> hwrng.Platform:
 def dist_pool(platform: hwrng.Platform, pytestconfig: pytest.Config) -> Iterator[DistributedPool]:
     """A pool of ``--hwrng-nproc`` ranks on ``platform``, started once per backend.
 
-    The ranks use the platform's dist backend when every rank can have a
-    device of its own, and gloo otherwise (e.g. one GPU for four processes).
+    The ranks use the backend :func:`hwrng.collective_backend` chooses: the
+    platform's dist backend when it can serve them (every rank with a device
+    of its own, where the platform needs one), and gloo otherwise (e.g. one
+    GPU for four processes).
     """
     nproc = int(pytestconfig.getoption("--hwrng-nproc"))
     if nproc < 2:
         pytest.skip(f"multi-process rules need --hwrng-nproc >= 2 (got {nproc})")
-    backend = pool_backend(platform, nproc)
+    backend = hwrng.collective_backend(platform, nproc)
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
     capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
 
@@ -137,13 +139,6 @@ def dist_pool(platform: hwrng.Platform, pytestconfig: pytest.Config) -> Iterator
         nproc, backend=backend, platform=platform.name, timeout=180, progress=progress
     ) as pool:
         yield pool
-
-
-def pool_backend(platform: hwrng.Platform, nproc: int) -> str:
-    """Return the dist backend for ``nproc`` ranks on ``platform`` on this machine."""
-    if platform.device_type == "cpu" or platform.device_count() >= nproc:
-        return platform.dist_backend
-    return "gloo"
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

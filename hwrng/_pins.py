@@ -4,7 +4,8 @@ A backend built for another hwrng is reported by ``hwrng backends`` and not
 used. Whether it was built for this one is what pip would say: each
 ``Requires-Dist`` on ``hwrng`` is parsed with :mod:`packaging` (PEP 508) and
 the installed version checked against its specifier as ``pip check`` does
-(``specifier.contains(version, prereleases=True)``): ``==0.1.*``,
+(pip's ``_internal/operations/check.py``: ``specifier.contains(version,
+prereleases=True)``, markers evaluated with ``extra=""``): ``==0.1.*``,
 ``~=0.1.0``, ``>=0.1,<0.2`` and ``==0.1`` all accept 0.1.0; an installed
 pre-release (``0.2.0rc1``) is judged by its version like any other, and a
 local version (``0.1.0+cu12``) satisfies ``==0.1.0`` (PEP 440 ignores the

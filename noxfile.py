@@ -150,7 +150,9 @@ def wheels(session: nox.Session) -> None:
     shutil.rmtree(WHEELHOUSE, ignore_errors=True)
     # What the wheels need from the registry; the wheels themselves come from the wheelhouse
     # alone (--no-index), so that no release of the same name on the registry stands in.
-    session.install(DOCS_TORCH, "numpy>=1.26", "pluggy>=1.5", "pytest>=8.0", "setuptools>=64")
+    session.install(
+        DOCS_TORCH, "numpy>=1.26", "pluggy>=1.5", "packaging>=22", "pytest>=8.0", "setuptools>=64"
+    )
     session.install("wheel")
     for project in (".", "./conformance", "./backends/cuda", "./backends/npu", f"./{EXAMPLE}"):
         session.run(

@@ -51,7 +51,7 @@ from hwrng._exceptions import (
 from hwrng._fork import fork_rng, isolate_rng
 from hwrng._host import MersenneCounter, host_counter, mersenne_state
 from hwrng._plan import SeedDim, Seeding, rank_seed, seed_plan
-from hwrng._platform import DeviceLike, Platform
+from hwrng._platform import DeviceLike, Platform, collective_backend
 from hwrng._registry import (
     BrokenPlugin,
     PlatformInfo,
@@ -137,6 +137,7 @@ __all__ = [
     "WorkerInitFn",
     "WorkerSeeds",
     "__version__",
+    "collective_backend",
     "current_seeding",
     "dtensor",
     "fork_rng",

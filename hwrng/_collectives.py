@@ -92,9 +92,9 @@ def _device_for(group: Any, platform: Platform | None) -> torch.device:
     if any(name in backend for name in _CPU_BACKENDS):
         return torch.device("cpu")
     if platform is None:
-        from hwrng._registry import resolve_platform
+        from hwrng._seeding import platform_in_force
 
-        platform = resolve_platform(None)
+        platform = platform_in_force(None)
     return platform.device()
 
 
@@ -107,7 +107,8 @@ class Comm:
         The process group; ``None`` for the whole world.
     platform
         Whose device carries the words on a backend without CPU tensors
-        (nccl, hccl); by default :func:`hwrng.get_platform`'s choice.
+        (nccl, hccl); by default the platform in force (the seed plan's, else
+        :func:`hwrng.get_platform`'s choice).
     """
 
     def __init__(self, group: Any = None, platform: Platform | None = None) -> None:

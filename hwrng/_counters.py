@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from hwrng._exceptions import InvalidStateError, NestingError
+
+if TYPE_CHECKING:
+    from hwrng._platform import Platform
 
 __all__ = ["U64", "CounterView", "PhiloxCounter"]
 
@@ -34,6 +38,16 @@ class CounterView(abc.ABC):
     that calls them: a generator of the platform's device type, a seed in
     ``[0, 2**64)`` and an offset that is a multiple of 4 in ``[0, 2**63)``.
     """
+
+    @classmethod
+    def for_platform(cls, platform: Platform) -> CounterView:
+        """Make the view a platform uses (see :attr:`hwrng.DeviceModulePlatform.counter_type`).
+
+        The base calls the class without arguments; a view that needs to know
+        something of its platform overrides this.
+        """
+        del platform  # this view needs nothing of it
+        return cls()
 
     @abc.abstractmethod
     def read(self, generator: torch.Generator) -> tuple[int, int]:
@@ -90,6 +104,11 @@ class PhiloxCounter(CounterView):
     """
 
     STATE_BYTES = 16
+
+    @classmethod
+    def for_platform(cls, platform: Platform) -> CounterView:
+        """A view that asks ``platform`` whether its current stream is being captured."""
+        return cls(platform.stream_capturing)
 
     def __init__(self, capturing: Callable[[], bool] | None = None) -> None:
         self._has_offset_api: dict[str, bool] = {}

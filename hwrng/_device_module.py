@@ -17,7 +17,6 @@ import torch
 from hwrng._counters import CounterView, PhiloxCounter
 from hwrng._exceptions import BackendUnavailableError
 from hwrng._platform import DeviceLike, Platform
-from hwrng._validation import check_seed
 
 __all__ = ["DeviceModule", "DeviceModulePlatform"]
 
@@ -26,8 +25,8 @@ class DeviceModule(Protocol):
     """What :class:`DeviceModulePlatform` needs of a torch device module.
 
     torch's own contract for a device module (``torch/utils/backend_registration.py``)
-    asks for these; ``default_generators``, ``init``, ``is_initialized`` and
-    ``get_device_name`` are used where a module has them.
+    asks for these; ``default_generators``, ``init``, ``is_initialized``,
+    ``set_device`` and ``get_device_name`` are used where a module has them.
     """
 
     def is_available(self) -> bool:
@@ -77,20 +76,27 @@ class DeviceModulePlatform(Platform):
         or ``None`` when torch itself ships it.
     install_hint
         What to tell a user whose machine lacks :attr:`extension_module`.
+    counter_type
+        The :class:`CounterView` class for this device's generators, made once
+        per platform by its :meth:`CounterView.for_platform`:
+        :class:`PhiloxCounter` (the default) for generators with a native
+        Philox counter, :class:`hwrng.MersenneCounter` for Mersenne-Twister
+        generators (a software device over CPU generators), or a vendor's own.
     """
 
     priority: ClassVar[int] = 100
     extension_module: ClassVar[str | None] = None
     install_hint: ClassVar[str] = ""
+    counter_type: ClassVar[type[CounterView]] = PhiloxCounter
 
     def __init__(self) -> None:
-        self._counter: CounterView = PhiloxCounter(self.stream_capturing)
+        self._counter: CounterView = self.counter_type.for_platform(self)
         self._module: DeviceModule | None = None
         self._generators: tuple[torch.Generator, ...] | None = None
 
     @property
     def counter(self) -> CounterView:
-        """The Philox counter view (the generator's own offset API)."""
+        """The counter view, an instance of :attr:`counter_type`."""
         return self._counter
 
     def import_blocker(self) -> str | None:
@@ -207,25 +213,23 @@ class DeviceModulePlatform(Platform):
         assert isinstance(generator, torch.Generator)
         return generator
 
-    def manual_seed(self, seed: int, device: DeviceLike = None) -> None:
+    def seed_device(self, seed: int, device: DeviceLike = None) -> None:
         """Seed ``device``; before the device module is initialised, lazily.
 
         Like ``torch.cuda.manual_seed``, seeding the current device before
         initialisation is queued rather than creating a context now, so that a
         process that has not yet chosen its device does not open one on device 0.
         """
-        value = check_seed(seed)
         self.require_available()
         if device is None and not self._initialised():
-            self.device_handle.manual_seed(value)
+            self.device_handle.manual_seed(seed)
             return
-        super().manual_seed(value, device)
+        super().seed_device(seed, device)
 
-    def manual_seed_all(self, seed: int) -> None:
+    def seed_all_devices(self, seed: int) -> None:
         """Seed every device; before the device module is initialised, lazily."""
-        value = check_seed(seed)
         self.require_available()
         if not self._initialised():
-            self.device_handle.manual_seed_all(value)
+            self.device_handle.manual_seed_all(seed)
             return
-        super().manual_seed_all(value)
+        super().seed_all_devices(seed)

@@ -15,6 +15,7 @@ Python user would already catch, so ``except ValueError`` keeps working::
     │   └── UnknownStateError  (KeyError)     a named state that is not tracked
     ├── NestingError           (RuntimeError) a context entered where it cannot be
     ├── DistributedError       (RuntimeError) torch.distributed not set up as the call needs
+    │   └── WorkerError                       ranks of a DistributedPool failed, died or hung
     ├── CheckpointError        (ValueError)   a saved RNG state that cannot be restored here
     ├── VerificationError      (RuntimeError) hwrng.verify found streams breaking the plan
     ├── DTensorHookError       (RuntimeError) torch's DTensor hook is not the one hwrng fits
@@ -23,6 +24,10 @@ Python user would already catch, so ``except ValueError`` keeps working::
         ├── BackendUnavailableError (RuntimeError)
         ├── DuplicateBackendError   (LookupError)
         └── AmbiguousBackendError   (LookupError)
+
+Every class of the tree lives in this module; the distributions around the
+core derive theirs from it (``hwrng_conformance``'s ``BackendOptionError`` is a
+:class:`BackendError`).
 
 :class:`HwrngWarning` marks what hwrng reports without refusing (a misspelt
 plugin name in ``HWRNG_DISABLE_PLUGINS``, a resume that re-seeded instead of

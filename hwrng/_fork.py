@@ -23,8 +23,7 @@ from hwrng._claims import claim
 from hwrng._exceptions import InvalidDeviceError
 from hwrng._host import HOST_COUNTER, host_generator
 from hwrng._platform import DeviceLike, Platform
-from hwrng._registry import resolve_platform
-from hwrng._seeding import current_seeding, record_seeding, seeded_mesh
+from hwrng._seeding import current_seeding, platform_in_force, record_seeding, seeded_mesh
 from hwrng._validation import check_flag
 
 __all__ = ["fork_rng", "isolate_rng"]
@@ -43,8 +42,8 @@ def _device_indices(platform: Platform, devices: Iterable[DeviceLike] | None) ->
 @contextlib.contextmanager
 def _forked_generators(platform: Platform, indices: list[int]) -> Iterator[None]:
     host = host_generator()
-    # A device whose default generator is the host generator is covered by the host.
-    devices = [(i, g) for i in indices if (g := platform.generator(i)) is not host]
+    # A platform whose devices draw from the host generator is covered by the host.
+    devices = [] if platform.uses_host_generator else [(i, platform.generator(i)) for i in indices]
     with claim(host, *(g for _, g in devices)):
         plan, mesh = current_seeding(), seeded_mesh()  # the plan goes with its generators
         host_state = host.get_state()
@@ -87,7 +86,7 @@ def fork_rng(
         Pass ``range(platform.device_count())`` to fork them all.
     platform
         A :class:`~hwrng.Platform`, a platform name, or ``None`` for
-        :func:`hwrng.get_platform`'s choice.
+        the platform in force (the seed plan's, else :func:`hwrng.get_platform`'s choice).
     enabled
         ``False`` makes the context manager do nothing, to switch forking off
         without re-indenting code.
@@ -106,7 +105,7 @@ def fork_rng(
     if not check_flag(enabled, "enabled"):
         yield
         return
-    resolved = resolve_platform(platform)
+    resolved = platform_in_force(platform)
     with _forked_generators(resolved, _device_indices(resolved, devices)):
         yield
 
@@ -133,7 +132,7 @@ def isolate_rng(
     >>> with hwrng.isolate_rng(platform="cpu"):
     ...     _ = random.random()  # random, NumPy and torch come back afterwards
     """
-    resolved = resolve_platform(platform)
+    resolved = platform_in_force(platform)
     indices = _device_indices(resolved, devices)
     python_state = random.getstate()
     numpy_state: Any = np.random.get_state()

@@ -34,7 +34,7 @@ import hashlib
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -43,12 +43,18 @@ from hwrng._counters import U64, CounterView
 from hwrng._exceptions import InvalidStateError
 from hwrng._validation import MAX_OFFSET
 
+if TYPE_CHECKING:
+    from hwrng._platform import Platform
+
 __all__ = [
     "HOST_COUNTER",
     "MersenneCounter",
+    "host_counter",
     "host_generator",
+    "mersenne_offset",
     "mersenne_state",
     "seed_host",
+    "uses_host_generator",
 ]
 
 # torch's CPU generator state (aten CPUGeneratorImplState, 5056 bytes, little endian):
@@ -133,12 +139,15 @@ def mersenne_state(seed: int, offset: int) -> torch.Tensor:
     return _tensor(_raw_state(seed, offset))
 
 
-def _decode(raw: bytes, seed: int) -> int | None:
+def mersenne_offset(raw: bytes, seed: int) -> int | None:
     """The offset of a state :func:`mersenne_state` made for ``seed``, else ``None``.
 
-    Drawing changes the header for good (``left``/``next`` move), and a cached
-    normal sample changes the tail, so neither can pass; the decoded offset is
-    then confirmed by rebuilding the key.
+    ``raw`` is the state's bytes. This reads a position from the state alone,
+    without a counter's memo (a checkpoint's saved state is read this way, so
+    that reading adds nothing to the memo). Drawing changes the header for
+    good (``left``/``next`` move), and a cached normal sample changes the
+    tail, so neither can pass; the decoded offset is then confirmed by
+    rebuilding the key.
     """
     if raw[8:_KEY_START] != _POSITIONED_HEADER or raw[_KEY_END:] != _POSITIONED_TAIL:
         return None
@@ -148,6 +157,10 @@ def _decode(raw: bytes, seed: int) -> int | None:
     if offset % 4 or offset > MAX_OFFSET or (offset == 0 and seed < 2**32):
         return None
     return offset if _raw_state(seed, offset) == raw else None
+
+
+# The old private name, still imported by ``_checkpoint`` until it reads ``mersenne_offset``.
+_decode = mersenne_offset
 
 
 def _digest(raw: bytes) -> bytes:
@@ -193,7 +206,7 @@ class MersenneCounter(CounterView):
         if written is not None and written[2] == raw:
             return written[0], written[1], True
         seed = generator.initial_seed() & U64
-        offset = _decode(raw, seed)
+        offset = mersenne_offset(raw, seed)
         if offset is not None:
             return seed, offset, True
         if raw == _torch_seeded(seed):
@@ -280,3 +293,19 @@ def host_generator() -> torch.Generator:
 def seed_host(seed: int) -> None:
     """Seed the host generator with all 64 bits of a checked ``seed`` (position 0)."""
     HOST_COUNTER.write(torch.default_generator, seed, 0)
+
+
+def uses_host_generator(platform: Platform) -> bool:
+    """Whether ``platform``'s devices draw from the host generator (``torch.default_generator``).
+
+    The CPU backend's one device does; an accelerator's devices, and a software
+    device with generators of its own, do not. Seeding, forks, checkpoints and
+    verification ask this so that they seed, save and compare the host
+    generator once, not a second time as a device. It is read from the
+    platform's :attr:`~hwrng.Platform.device_type` and :meth:`~hwrng.Platform.generator`
+    (the latter only for a platform whose devices are of the host's type, so an
+    accelerator is never initialised to answer); :attr:`hwrng.Platform.uses_host_generator`
+    is the same answer.
+    """
+    host = torch.default_generator
+    return platform.device_type == host.device.type and platform.generator() is host

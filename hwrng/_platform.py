@@ -13,13 +13,18 @@ accelerators that follow torch's device-module API (``torch.cuda``,
 attributes.
 
 Every public method checks its input and raises before changing any state.
+The methods that check are marked :func:`typing.final`: a backend does not
+override them (mypy says so, and the registry refuses a platform that does),
+but the members they call -- :meth:`Platform.seed_device`,
+:meth:`Platform.seed_all_devices`, :meth:`Platform.select_device`, the counter
+view, the generators -- which receive checked values.
 """
 
 from __future__ import annotations
 
 import abc
 import operator
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, final
 
 import torch
 import torch.distributed as dist
@@ -30,10 +35,28 @@ from hwrng._exceptions import (
     DistributedError,
     InvalidArgumentError,
     InvalidDeviceError,
+    InvalidValueError,
 )
-from hwrng._validation import apply_state, check_offset, check_seed, check_state_tensor
+from hwrng._host import uses_host_generator
+from hwrng._validation import (
+    apply_state,
+    check_index,
+    check_offset,
+    check_seed,
+    check_state_tensor,
+)
 
-__all__ = ["DeviceLike", "Platform", "parse_device"]
+__all__ = [
+    "HOST_COLLECTIVE_BACKEND",
+    "DeviceLike",
+    "Platform",
+    "collective_backend",
+    "parse_device",
+]
+
+#: The ``torch.distributed`` backend that runs any number of ranks on one host, over
+#: CPU tensors: what :func:`collective_backend` falls back to.
+HOST_COLLECTIVE_BACKEND = "gloo"
 
 #: How a device may be named: an index, ``"cuda:1"``, a :class:`torch.device`,
 #: or ``None`` for the platform's current device.
@@ -103,12 +126,44 @@ class Platform(abc.ABC):
         Named optional behaviours the conformance suite checks or skips by:
         ``"dtensor"`` means torch's random ops on this device type's tensors
         draw from :meth:`generator`, so DTensor random ops can be tracked.
+    one_rank_per_device
+        Whether :attr:`dist_backend` needs each process on a device of its own
+        (NCCL, HCCL: one rank per GPU or NPU). ``True`` by default, the safe
+        answer for an accelerator; ``False`` for the CPU and for software
+        devices whose backend (gloo) runs any number of ranks on one device.
+        :func:`hwrng.collective_backend` reads it to choose a process group's
+        backend, and ``hwrng check`` to choose how many ranks a machine runs.
+    final_methods
+        The methods a backend must not override, each marked
+        :func:`typing.final`: those that check their input before they act,
+        and :meth:`position`, through which every write of a position passes
+        (a backend changes how positions are written through :attr:`counter`).
+        The registry refuses a platform whose class overrides one; mypy reports
+        it first.
     """
 
     name: ClassVar[str]
     dist_backend: ClassVar[str]
     priority: ClassVar[int] = 0
     capabilities: ClassVar[frozenset[str]] = frozenset({"dtensor"})
+    one_rank_per_device: ClassVar[bool] = True
+    final_methods: ClassVar[frozenset[str]] = frozenset(
+        {
+            "broadcast",
+            "check_generator",
+            "device_index",
+            "get_seed_offset",
+            "is_available",
+            "manual_seed",
+            "manual_seed_all",
+            "position",
+            "require_available",
+            "set_device",
+            "set_rng_state",
+            "set_seed_offset",
+            "uses_host_generator",
+        }
+    )
 
     # -- availability ---------------------------------------------------------------
 
@@ -120,10 +175,12 @@ class Platform(abc.ABC):
         process (see :class:`~hwrng.DeviceModulePlatform` for lazy imports).
         """
 
+    @final
     def is_available(self) -> bool:
         """Return ``True`` if the platform can run on this machine."""
         return self.unavailable_reason() is None
 
+    @final
     def require_available(self) -> None:
         """Raise :class:`~hwrng.BackendUnavailableError` unless the platform can run here."""
         reason = self.unavailable_reason()
@@ -183,6 +240,7 @@ class Platform(abc.ABC):
         no ``generator=`` is passed.
         """
 
+    @final
     def device_index(self, device: DeviceLike = None) -> int:
         """Normalise ``device`` to an index in ``[0, device_count())``.
 
@@ -232,6 +290,54 @@ class Platform(abc.ABC):
         """Return the :class:`torch.device` for ``device`` (default: the current one)."""
         return torch.device(self.device_type, self.device_index(device))
 
+    @final
+    def set_device(self, device: DeviceLike) -> None:
+        """Make ``device`` this process's current device, as ``torch.accelerator.set_device_index``.
+
+        A rank binds itself to its device with it before joining a process
+        group (:class:`hwrng.testing.DistributedPool`, ``hwrng check``). On the
+        CPU's one device it changes nothing.
+
+        Raises
+        ------
+        BackendUnavailableError
+            If the platform cannot run here.
+        InvalidDeviceError
+            If ``device`` is not one of the platform's devices; nothing changes.
+        """
+        self.require_available()
+        self.select_device(self.device_index(device))
+
+    def select_device(self, index: int) -> None:
+        """Make device ``index`` (checked by :meth:`set_device`) the current device.
+
+        The base calls the device module's ``set_device``; a module without one
+        can only stay on its current device.
+        """
+        setter = getattr(self.device_handle, "set_device", None)
+        if callable(setter):
+            setter(index)
+        elif index != self.current_device():
+            raise InvalidDeviceError(
+                f"the {self.name} platform cannot select device {index}: its device module "
+                "has no set_device"
+            )
+
+    @property
+    @final
+    def uses_host_generator(self) -> bool:
+        """Whether this platform's devices draw from the host generator.
+
+        The host generator is torch's CPU default generator. ``True`` for the
+        CPU backend's one device; ``False`` for an accelerator and for a
+        software device with generators of its own. hwrng then seeds, forks,
+        saves and compares the host generator once, not again as a device.
+        Derived from :attr:`device_type` and :meth:`generator`; the conformance
+        suite checks that a platform's devices all draw from the host
+        generator or none does.
+        """
+        return uses_host_generator(self)
+
     # -- RNG state ------------------------------------------------------------------
 
     def get_rng_state(self, device: DeviceLike = None) -> torch.Tensor:
@@ -241,6 +347,7 @@ class Platform(abc.ABC):
         """
         return self.generator(device).get_state()
 
+    @final
     def set_rng_state(self, state: torch.Tensor, device: DeviceLike = None) -> None:
         """Restore the RNG state of ``device`` from a tensor :meth:`get_rng_state` returned.
 
@@ -255,6 +362,7 @@ class Platform(abc.ABC):
         where = f"RNG state for {generator.device}"
         apply_state(generator, check_state_tensor(state, expected, str(generator.device)), where)
 
+    @final
     def manual_seed(self, seed: int, device: DeviceLike = None) -> None:
         """Seed the default generator of ``device`` (default: the current device).
 
@@ -265,17 +373,31 @@ class Platform(abc.ABC):
         InvalidSeedError
             If ``seed`` is not an integer in ``[0, 2**64)``; nothing is seeded.
         """
-        value = check_seed(seed)
-        self.position(self.generator(device), value, 0)
+        self.seed_device(check_seed(seed), device)
 
+    @final
     def manual_seed_all(self, seed: int) -> None:
-        """Seed the default generator of every device of this platform with ``seed``."""
-        value = check_seed(seed)
+        """Seed the default generator of every device of this platform with ``seed``.
+
+        Raises
+        ------
+        InvalidSeedError
+            If ``seed`` is not an integer in ``[0, 2**64)``; nothing is seeded.
+        """
+        self.seed_all_devices(check_seed(seed))
+
+    def seed_device(self, seed: int, device: DeviceLike = None) -> None:
+        """Seed ``device`` with a seed :meth:`manual_seed` checked: position it at ``(seed, 0)``."""
+        self.position(self.generator(device), seed, 0)
+
+    def seed_all_devices(self, seed: int) -> None:
+        """Seed every device with a seed :meth:`manual_seed_all` checked."""
         for index in range(self.device_count()):
-            self.position(self.generator(index), value, 0)
+            self.position(self.generator(index), seed, 0)
 
     # -- counter view ---------------------------------------------------------------
 
+    @final
     def check_generator(self, generator: object) -> torch.Generator:
         """Return ``generator`` after checking it is a generator of this platform's devices.
 
@@ -293,6 +415,7 @@ class Platform(abc.ABC):
             )
         return generator
 
+    @final
     def get_seed_offset(self, generator: torch.Generator) -> tuple[int, int]:
         """Return the ``(seed, offset)`` that ``generator`` will draw from next.
 
@@ -305,6 +428,7 @@ class Platform(abc.ABC):
         """
         return self.counter.read(self.check_generator(generator))
 
+    @final
     def set_seed_offset(self, generator: torch.Generator, seed: int, offset: int) -> None:
         """Position ``generator`` at ``(seed, offset)``.
 
@@ -320,11 +444,13 @@ class Platform(abc.ABC):
         offset_value = check_offset(offset)
         self.position(checked, seed_value, offset_value)
 
+    @final
     def position(self, generator: torch.Generator, seed: int, offset: int) -> None:
         """Put ``generator`` at ``(seed, offset)`` without checking the arguments.
 
         hwrng's own code calls this with values it has already checked or
         computed; everyone else calls :meth:`set_seed_offset`, which checks.
+        A platform changes how positions are written through :attr:`counter`.
         """
         self.counter.write(generator, seed, offset)
 
@@ -368,6 +494,7 @@ class Platform(abc.ABC):
 
     # -- collectives and determinism ------------------------------------------------
 
+    @final
     def broadcast(
         self, tensor: torch.Tensor, src: int = 0, group: dist.ProcessGroup | None = None
     ) -> None:
@@ -429,3 +556,45 @@ class Platform(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+def collective_backend(platform: Platform, local_ranks: int) -> str:
+    """Return the ``torch.distributed`` backend for ``local_ranks`` processes of ``platform``.
+
+    The platform's :attr:`~Platform.dist_backend` where it can serve that
+    many processes on this host: always when the platform does not need a
+    device per rank (:attr:`~Platform.one_rank_per_device` is ``False``, as on
+    the CPU), else when the host has a device for each. Otherwise ``gloo``,
+    which runs any number of ranks over CPU tensors (e.g. one GPU shared by
+    four processes): the group's collectives then carry CPU tensors.
+    ``hwrng check`` and the conformance suite choose their process group's
+    backend with it; so can a backend's own multi-process tests.
+
+    Parameters
+    ----------
+    platform
+        The platform the processes use.
+    local_ranks
+        How many processes of the job run on this host (under torchrun,
+        ``LOCAL_WORLD_SIZE``), at least 1.
+
+    Returns
+    -------
+    str
+        A ``torch.distributed`` backend name.
+
+    Raises
+    ------
+    InvalidValueError
+        If ``local_ranks`` is not an integer >= 1.
+
+    Examples
+    --------
+    >>> import hwrng
+    >>> hwrng.collective_backend(hwrng.get_platform("cpu"), 8)
+    'gloo'
+    """
+    count = check_index(local_ranks, "local_ranks", minimum=1, error=InvalidValueError)
+    if not platform.one_rank_per_device or platform.device_count() >= count:
+        return platform.dist_backend
+    return HOST_COLLECTIVE_BACKEND

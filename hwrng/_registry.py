@@ -2,13 +2,15 @@
 
 Plugins come from the ``hwrng`` entry-point group (the built-in backends are
 registered there too) and from :func:`register_plugin`. Loading is lazy and
-happens once, through pluggy's own ``load_setuptools_entrypoints`` (which
-records each plugin's distribution) and ``set_blocked``. What pluggy does not
-do is isolate plugins from each other -- one failing import aborts its loop --
-so each entry point is first imported on its own, under a time bound, and
-checked against a scratch manager: a plugin that fails to import (even by
-calling ``sys.exit``), takes too long, or does not fit the hook
-specifications is recorded as broken, naming it, and blocked; the others load.
+happens once per registry. pluggy's own ``load_setuptools_entrypoints`` does
+not isolate plugins from each other -- one failing import aborts its loop --
+so each entry point is imported on its own, under a time bound, and checked
+against a scratch manager: a plugin that fails to import (even by calling
+``sys.exit``), takes too long, or does not fit the hook specifications is
+recorded as broken, naming it; the others load. The object that import gave
+is the one registered (nothing imports a plugin twice), and each plugin's
+distribution metadata is read once, when it loads: its name, version and
+requirement on hwrng (``hwrng._pins``).
 
 Environment variables
 ---------------------
@@ -49,8 +51,10 @@ from hwrng._exceptions import (
     InvalidArgumentError,
     InvalidValueError,
 )
+from hwrng._pins import pin_mismatch
 from hwrng._platform import Platform, parse_device
 from hwrng._validation import positive_seconds_from_env
+from hwrng._version import __version__
 
 __all__ = [
     "BACKEND_ENV",
@@ -166,6 +170,16 @@ class _Provided:
 
 
 @dataclass(frozen=True)
+class _Origin:
+    """What the registry reads of a plugin's distribution, once, when the plugin loads."""
+
+    distribution: str
+    version: str
+    #: Why the distribution cannot serve this hwrng (its requirement on hwrng), or None.
+    mismatch: str | None
+
+
+@dataclass(frozen=True)
 class _Snapshot:
     """What the plugins provide, collected once until a plugin is (un)registered."""
 
@@ -190,6 +204,19 @@ def _check_platform(candidate: object) -> None:
         isinstance(c, str) for c in capabilities
     ):
         raise TypeError(f"platform {name!r} has capabilities that are not a set of names")
+    if not isinstance(getattr(candidate, "one_rank_per_device", None), bool):
+        raise TypeError(f"platform {name!r} has a one_rank_per_device that is not a bool")
+    overridden = sorted(
+        method
+        for method in Platform.final_methods
+        if getattr(type(candidate), method) is not getattr(Platform, method)
+    )
+    if overridden:
+        raise TypeError(
+            f"platform {name!r} overrides {', '.join(overridden)}, which hwrng.Platform "
+            "marks final (they check their input before acting): override the members they "
+            "call instead (seed_device, seed_all_devices, select_device, counter, generator)"
+        )
 
 
 def _error_text(error: BaseException) -> str:
@@ -202,28 +229,32 @@ def _import_timeout() -> float:
     return positive_seconds_from_env(IMPORT_TIMEOUT_ENV, DEFAULT_IMPORT_TIMEOUT)
 
 
-def _import_isolated(entry_point: importlib.metadata.EntryPoint, timeout: float) -> str | None:
-    """Import an entry point's object on its own thread; return the error text, or None.
+def _import_isolated(
+    entry_point: importlib.metadata.EntryPoint, timeout: float
+) -> tuple[object, str | None]:
+    """Load an entry point's object on its own thread: ``(object, None)`` or ``(None, error)``.
 
     A thread bounds the wait (an import cannot be interrupted, so one that
     overruns keeps running in the background, but its plugin is never used)
     and catches ``SystemExit`` raised at import, which would end the process.
     """
-    outcome: list[str | None] = []
+    outcome: list[tuple[object, str | None]] = []
 
     def target() -> None:
         try:
-            entry_point.load()
+            loaded = entry_point.load()
         except BaseException as error:
-            outcome.append(_error_text(error))
+            outcome.append((None, _error_text(error)))
         else:
-            outcome.append(None)
+            outcome.append((loaded, None))
 
     worker = threading.Thread(target=target, name=f"hwrng-import-{entry_point.name}", daemon=True)
     worker.start()
     worker.join(timeout)
     if not outcome:
-        return f"TimeoutError: importing it took longer than {timeout:g} s ({IMPORT_TIMEOUT_ENV})"
+        return None, (
+            f"TimeoutError: importing it took longer than {timeout:g} s ({IMPORT_TIMEOUT_ENV})"
+        )
     return outcome[0]
 
 
@@ -258,6 +289,7 @@ class Registry:
         self._loaded = False
         self._load_failures: list[BrokenPlugin] = []
         self._disabled: list[str] = []
+        self._origins: dict[str, _Origin] = {}
         self._snapshot: _Snapshot | None = None
         self._lock = threading.RLock()
 
@@ -288,42 +320,40 @@ class Registry:
                 stacklevel=4,
             )
         timeout = _import_timeout()
+        origins: dict[int, _Origin | None] = {}  # by distribution: its metadata is read once
         for entry_point in entry_points:
-            distribution, version = _distribution_of(entry_point)
-            if entry_point.name in disabled:
-                if entry_point.name not in self._disabled:
-                    self._pm.set_blocked(entry_point.name)
-                    self._disabled.append(entry_point.name)
+            name = entry_point.name
+            if name in disabled:
+                if name not in self._disabled:
+                    self._disabled.append(name)
                 continue
-            failure = _import_isolated(entry_point, timeout)
+            dist = getattr(entry_point, "dist", None)
+            if id(dist) not in origins:
+                origins[id(dist)] = _origin_of(dist)
+            origin = origins[id(dist)]
+            plugin, failure = _import_isolated(entry_point, timeout)
             stage: FailureStage = "import"
             if failure is None:
-                stage, failure = "register", _hook_errors(entry_point.load(), entry_point.name)
+                stage, failure = "register", _hook_errors(plugin, name)
+            if failure is None and self._pm.has_plugin(name):
+                failure = f"ValueError: a plugin named {name!r} is already registered"
+            if failure is None:
+                try:
+                    self._pm.register(plugin, name=name)
+                except ValueError as error:  # the same object under another entry point's name
+                    failure = _error_text(error)
             if failure is not None:
-                self._pm.set_blocked(entry_point.name)
                 self._load_failures.append(
-                    BrokenPlugin(entry_point.name, stage, failure, distribution, version)
+                    BrokenPlugin(
+                        name,
+                        stage,
+                        failure,
+                        None if origin is None else origin.distribution,
+                        None if origin is None else origin.version,
+                    )
                 )
-        self._pm.load_setuptools_entrypoints(group)
-        registered = {
-            (self._pm.get_name(plugin), dist.project_name)
-            for plugin, dist in self._pm.list_plugin_distinfo()
-        }
-        for entry_point in entry_points:
-            distribution, version = _distribution_of(entry_point)
-            if self._pm.is_blocked(entry_point.name) or (
-                (entry_point.name, distribution) in registered
-            ):
-                continue
-            self._load_failures.append(
-                BrokenPlugin(
-                    entry_point.name,
-                    "register",
-                    f"ValueError: a plugin named {entry_point.name!r} is already registered",
-                    distribution,
-                    version,
-                )
-            )
+            elif origin is not None:
+                self._origins[name] = origin
 
     def register_plugin(self, plugin: object, name: str | None = None) -> str:
         """Register an in-process plugin and return the name it was registered under.
@@ -396,22 +426,17 @@ class Registry:
 
     # -- collecting platforms -------------------------------------------------------
 
-    def _origins(self) -> dict[str, tuple[str, str]]:
-        return {
-            str(self._pm.get_name(plugin)): (dist.project_name, str(dist.version))
-            for plugin, dist in self._pm.list_plugin_distinfo()
-        }
-
     def _collect(self) -> _Snapshot:
         with self._lock:
             self.load()
             if self._snapshot is not None:
                 return self._snapshot
             snapshot = _Snapshot(broken=list(self._load_failures))
-            origins = self._origins()
             for impl in self._pm.hook.hwrng_platforms.get_hookimpls():
-                distribution, version = origins.get(impl.plugin_name, (None, None))
-                mismatch = _version_mismatch(distribution, version)
+                origin = self._origins.get(impl.plugin_name)
+                distribution = None if origin is None else origin.distribution
+                version = None if origin is None else origin.version
+                mismatch = None if origin is None else origin.mismatch
                 try:
                     platforms = _platforms_from(impl.function())
                 except (Exception, SystemExit) as error:  # a plugin's hook may fail in any way
@@ -571,11 +596,14 @@ class Registry:
         return rows
 
 
-def _distribution_of(entry_point: importlib.metadata.EntryPoint) -> tuple[str | None, str | None]:
-    dist = getattr(entry_point, "dist", None)
+def _origin_of(dist: importlib.metadata.Distribution | None) -> _Origin | None:
+    """Read a plugin distribution's metadata once: name, version, its requirement on hwrng."""
     if dist is None:
-        return None, None
-    return dist.metadata["Name"], dist.version
+        return None
+    metadata = dist.metadata  # parses the METADATA file: once per distribution
+    name, version = str(metadata["Name"]), str(metadata["Version"])
+    requires = metadata.get_all("Requires-Dist") or []
+    return _Origin(name, version, pin_mismatch(name, version, requires, __version__))
 
 
 def _platforms_from(answer: object) -> list[Platform]:
@@ -641,30 +669,6 @@ def _refuse_a_missed_accelerator(
     )
 
 
-def _version_mismatch(distribution: str | None, version: str | None) -> str | None:
-    """Say so when a plugin's distribution pins another hwrng than the one installed."""
-    if distribution is None:
-        return None
-    import importlib.metadata
-    import re
-
-    try:
-        requirements = importlib.metadata.requires(distribution) or []
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    from hwrng._version import __version__
-
-    for requirement in requirements:
-        pinned = re.fullmatch(r"hwrng\s*==\s*([^\s;,]+)", requirement.strip())
-        if pinned and pinned.group(1) != __version__:
-            return (
-                f"{distribution} {version} is built for hwrng {pinned.group(1)}, but hwrng "
-                f"{__version__} is installed: install matching versions "
-                f'(pip install "{distribution}=={__version__}")'
-            )
-    return None
-
-
 def _safe_reason(platform: Platform) -> str | None:
     try:
         return platform.unavailable_reason()
@@ -722,7 +726,12 @@ def unregister_plugin(plugin: object | str) -> None:
 
 
 def resolve_platform(platform: Platform | str | torch.device | None) -> Platform:
-    """Return ``platform`` itself, or the registry's answer for a name or ``None``."""
+    """Return ``platform`` itself, or the registry's answer for a name or ``None``.
+
+    The registry's rule alone: entry points that take ``platform=`` resolve it
+    with ``hwrng._seeding.platform_in_force``, which puts the seed plan's
+    platform before the registry's choice.
+    """
     if isinstance(platform, Platform):
         return platform
     return get_platform(platform)

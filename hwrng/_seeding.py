@@ -4,6 +4,10 @@
 ``_plan`` (each rank reads its own coordinate; nothing is broadcast, so
 seeding can never hang or seed the wrong group), writes every stream once,
 and records the plan as the one in force (:func:`current_seeding`).
+
+:func:`platform_in_force` is the one rule for what ``platform=None`` means
+at every entry point: the plan's platform while a plan is in force, else the
+registry's choice.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 import torch
 
 from hwrng._exceptions import MeshError
-from hwrng._host import host_generator, seed_host
+from hwrng._host import seed_host
 from hwrng._plan import Seeding, plan_for_groups, plan_for_mesh
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
@@ -33,6 +37,7 @@ __all__ = [
     "apply_seeding",
     "current_seeding",
     "manual_seed",
+    "platform_in_force",
     "record_seeding",
     "seed_everything",
     "seed_streams",
@@ -61,6 +66,35 @@ def current_seeding() -> Seeding | None:
         and the mesh it was made for.
     """
     return _in_force
+
+
+def platform_in_force(platform: Platform | str | torch.device | None = None) -> Platform:
+    """The platform an entry point's ``platform=`` argument means.
+
+    The argument itself when given (a :class:`~hwrng.Platform`, or a name or
+    device the registry answers for); with ``None``, the platform of the seed
+    plan in force (:func:`current_seeding`), so that after
+    ``hwrng.manual_seed(1, platform="cpu")`` every later call without
+    ``platform=`` acts on the CPU too, even where torch reports an accelerator;
+    with no plan in force, the registry's choice (``HWRNG_BACKEND``, then
+    auto-selection: :func:`hwrng.get_platform`).
+
+    Every hwrng entry point that takes ``platform=`` resolves it here, once per
+    call, and passes the :class:`~hwrng.Platform` it got down, so that one call
+    never reads two platforms.
+
+    Raises
+    ------
+    BackendError
+        As :func:`hwrng.get_platform`, for the platform chosen.
+    """
+    if isinstance(platform, Platform):
+        return platform
+    if platform is None:
+        plan = _in_force
+        if plan is not None:
+            return resolve_platform(plan.platform)
+    return resolve_platform(platform)
 
 
 def seeded_mesh() -> DeviceMesh | None:
@@ -103,7 +137,7 @@ def seed_streams(seed: int, platform: Platform) -> None:
     the host generator (the CPU) is not seeded twice.
     """
     seed_host(seed)
-    if platform.device_type != "cpu" or platform.generator() is not host_generator():
+    if not platform.uses_host_generator:
         platform.manual_seed_all(seed)
     random.seed(seed)
     _seed_numpy_legacy(seed)
@@ -134,7 +168,7 @@ def seed_everything(seed: int, platform: Platform | str | None = None) -> Platfo
         The platform whose devices were seeded.
     """
     value = check_seed(seed)
-    resolved = resolve_platform(platform)
+    resolved = platform_in_force(platform)
     resolved.require_available()
     seed_streams(value, resolved)
     record_seeding(None)
@@ -192,7 +226,8 @@ def manual_seed(
         first varying slowest (the RFC's ``sharded_groups``).
     platform
         Whose devices to seed: a :class:`~hwrng.Platform`, a name, or ``None``
-        for :func:`hwrng.get_platform`'s choice.
+        for the platform in force (:func:`platform_in_force`: the plan's, else
+        :func:`hwrng.get_platform`'s choice).
     deterministic
         Also call ``torch.use_deterministic_algorithms(True)`` and the
         platform's own switches (:meth:`~hwrng.Platform.enable_determinism`:
@@ -228,7 +263,7 @@ def manual_seed(
             if groups is not None
             else "sharded_dims needs a mesh whose dims they name"
         )
-    resolved = resolve_platform(platform)
+    resolved = platform_in_force(platform)
     resolved.require_available()
     if mesh is not None:
         seeding = plan_for_mesh(value, mesh, dims, resolved.name, "manual_seed")

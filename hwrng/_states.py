@@ -20,7 +20,7 @@ import torch
 from hwrng._claims import claim
 from hwrng._exceptions import NestingError, TrackerError, UnknownStateError
 from hwrng._platform import DeviceLike, Platform
-from hwrng._registry import resolve_platform
+from hwrng._seeding import platform_in_force
 from hwrng._validation import apply_state, check_seed, check_state_tensor
 
 __all__ = [
@@ -67,7 +67,7 @@ class RNGStatesTracker:
     ----------
     platform
         A :class:`~hwrng.Platform`, a platform name, or ``None`` for
-        :func:`hwrng.get_platform`'s choice.
+        the platform in force (the seed plan's, else :func:`hwrng.get_platform`'s choice).
     device
         The device whose default generator the states belong to; by default
         the platform's current device at each call.
@@ -95,7 +95,7 @@ class RNGStatesTracker:
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name):
             raise TrackerError(f"a tracker name must be a non-empty string, got {name!r}")
-        self.platform = resolve_platform(platform)
+        self.platform = platform_in_force(platform)
         self.device = None if device is None else self.platform.device_index(device)
         self._states: dict[str, object] = {}
         self._seeds: dict[str, int] = {}

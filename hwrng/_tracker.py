@@ -16,7 +16,7 @@ import torch
 from hwrng._claims import Claim, claim_for
 from hwrng._exceptions import InvalidArgumentError, InvalidOffsetError, NestingError
 from hwrng._platform import DeviceLike, Platform
-from hwrng._registry import resolve_platform
+from hwrng._seeding import platform_in_force
 from hwrng._sharding import ShardSpec, shard_offsets
 from hwrng._validation import MAX_OFFSET, check_flag, check_seed
 
@@ -38,7 +38,7 @@ class OffsetTracker:
     ----------
     platform
         A :class:`~hwrng.Platform`, a platform name, or ``None`` for
-        :func:`hwrng.get_platform`'s choice.
+        the platform in force (the seed plan's, else :func:`hwrng.get_platform`'s choice).
     device
         The device whose default generator regions use when no generator is
         passed; by default the platform's current device at each region.
@@ -54,7 +54,7 @@ class OffsetTracker:
     """
 
     def __init__(self, platform: Platform | str | None = None, device: DeviceLike = None) -> None:
-        self.platform = resolve_platform(platform)
+        self.platform = platform_in_force(platform)
         self.device = None if device is None else self.platform.device_index(device)
 
     def region(

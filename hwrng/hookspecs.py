@@ -1,9 +1,16 @@
 """The hooks a hwrng plugin implements.
 
 A plugin is any object or module with functions marked by :data:`hookimpl`.
-Installed plugins are found through the ``hwrng`` entry-point group; the
-built-in ``cpu``, ``cuda`` and ``npu`` backends, and the conformance suite's
-``hwrng conformance`` command, register that way too::
+Installed plugins are found through the ``hwrng`` entry-point group, and
+hwrng's own register there like anyone's: the CPU backend
+(``cpu = hwrng.backends.cpu``, in the ``hwrng`` distribution itself), the
+accelerator backends (``cuda = hwrng_cuda`` in ``hwrng-cuda``, ``npu =
+hwrng_npu`` in ``hwrng-npu``) and the conformance suite's command
+(``conformance = hwrng_conformance.command`` in ``hwrng-conformance``). Each
+plugin is imported once, on its own (one that fails to import or to answer
+is reported as broken and never stops the others), and a plugin whose
+distribution requires another hwrng is reported and not used. A backend
+distribution looks like this::
 
     # pyproject.toml of a backend distribution
     [project.entry-points.hwrng]
@@ -21,7 +28,9 @@ built-in ``cpu``, ``cuda`` and ``npu`` backends, and the conformance suite's
         return [AcmePlatform()]
 
 Plugins that live in the process rather than in a distribution register with
-:func:`hwrng.register_plugin`.
+:func:`hwrng.register_plugin`. What a platform overrides, and what it must not
+(the methods :class:`hwrng.Platform` marks final), is in "Writing a backend"
+(``docs/conformance.md``).
 """
 
 from __future__ import annotations
@@ -51,7 +60,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def hwrng_platforms() -> Sequence[Platform]:
     """Return the platforms this plugin provides.
 
-    Called once per process when the registry loads. Constructing a platform
+    Called when the registry first answers, and again after a plugin is
+    registered or unregistered in the process. Constructing a platform
     must be cheap and must not import device extensions: do that lazily in
     :meth:`~hwrng.Platform.unavailable_reason` (as
     :class:`~hwrng.DeviceModulePlatform` does). Return every platform the

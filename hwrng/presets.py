@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING
 from hwrng._exceptions import MeshError, TrackerError
 from hwrng._plan import ANY_STATE, SeedDim, Seeding
 from hwrng._platform import Platform
-from hwrng._registry import resolve_platform
-from hwrng._seeding import apply_seeding, manual_seed
+from hwrng._seeding import apply_seeding, manual_seed, platform_in_force
 from hwrng._states import RNGStatesTracker
 from hwrng._validation import SEED_MODULUS, check_flag, check_index, check_seed
 
@@ -66,7 +65,7 @@ def get_rng_tracker(platform: Platform | str | None = None) -> RNGStatesTracker:
     The counterpart of Megatron-LM's ``get_cuda_rng_tracker()`` and slapo's
     ``get_cuda_rng_tracker()``: the presets fill it, model code forks it.
     """
-    resolved = resolve_platform(platform)
+    resolved = platform_in_force(platform)
     tracker = _trackers.get(resolved.name)
     if tracker is None:
         tracker = _trackers[resolved.name] = RNGStatesTracker(
@@ -188,7 +187,7 @@ def megatron_manual_seed(
         etp_rank=etp_rank,
         data_parallel_random_init=data_parallel_random_init,
     )
-    resolved = resolve_platform(platform)
+    resolved = platform_in_force(platform)
     resolved.require_available()
     target = tracker if tracker is not None else get_rng_tracker(resolved)
     streams = {
@@ -297,7 +296,7 @@ def slapo_set_random_seed(
         tp_rank=tp_rank,
         always_enable_tp_seed=always_enable_tp_seed,
     )
-    resolved = resolve_platform(platform)
+    resolved = platform_in_force(platform)
     resolved.require_available()
     target = tracker if tracker is not None else get_rng_tracker(resolved)
     if seeds.tensor_parallel is not None:

@@ -102,8 +102,7 @@ def _worker_main(
             import hwrng
 
             platform = hwrng.get_platform(platform_name)
-            if platform.device_type != "cpu" and platform.device_count() > 0:
-                platform.device_handle.set_device(rank % platform.device_count())
+            platform.set_device(rank % platform.device_count())
         store = dist.TCPStore(  # type: ignore[attr-defined]  # exported, untyped
             "127.0.0.1", port, is_master=False, timeout=timeout
         )
@@ -143,7 +142,9 @@ class DistributedPool:
         The ``torch.distributed`` backend (``"gloo"`` runs anywhere).
     platform
         If given, each rank selects device ``rank % device_count`` of this
-        hwrng platform before joining the group (for accelerators).
+        hwrng platform (:meth:`hwrng.Platform.set_device`) before joining the
+        group. :func:`hwrng.collective_backend` chooses a ``backend`` that
+        fits it.
     timeout
         Seconds a collective, or one :meth:`run`, may take before the ranks
         are considered hung.

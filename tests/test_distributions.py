@@ -121,6 +121,7 @@ def test_a_backend_built_for_another_hwrng_is_reported_and_not_used(tmp_path: Pa
     row = next(line for line in result.stdout.splitlines() if line.startswith("oldcpu"))
     assert "unavailable" in row and "hwrng-oldcpu 0.0.9" in row
     assert (
-        f"hwrng-oldcpu 0.0.9 is built for hwrng 0.0.9, but hwrng {hwrng.__version__} is "
-        'installed: install matching versions (pip install "hwrng-oldcpu=='
+        f"hwrng-oldcpu 0.0.9 requires hwrng==0.0.9, but hwrng {hwrng.__version__} is "
+        'installed: install the hwrng it requires (pip install "hwrng==0.0.9") or a release of '
+        f"hwrng-oldcpu that accepts hwrng {hwrng.__version__}"
     ) in row

@@ -7,8 +7,11 @@ time), not from ``sys.modules``, so a cycle is found even on a path no test
 happens to execute. Imports under ``if TYPE_CHECKING:`` never run and are left
 out. A package's ``__init__`` counts as the module the package name refers to.
 
-The backends and the suite are plugins like a vendor's: they may import only
-hwrng's public names (no ``hwrng._...`` module, no private name).
+The backends, the suite and the out-of-tree examples (``examples/*/src``) are
+plugins like a vendor's: they may import only hwrng's public names (no
+``hwrng._...`` module, no private name), and never touch a private attribute
+that a hwrng base class keeps on its instances (``self._counter``): a vendor
+sets what hwrng lets it set through public class attributes.
 """
 
 from __future__ import annotations
@@ -21,11 +24,17 @@ import pytest
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 ROOT = REPOSITORY / "hwrng"
-#: The import roots of the plugin distributions, which must use hwrng's public names only.
+#: The import roots of the plugin distributions, which must use hwrng's public names only:
+#: the repository's own and every example backend's.
 PLUGINS = {
     "hwrng_cuda": REPOSITORY / "backends" / "cuda" / "src" / "hwrng_cuda",
     "hwrng_npu": REPOSITORY / "backends" / "npu" / "src" / "hwrng_npu",
     "hwrng_conformance": REPOSITORY / "conformance" / "src" / "hwrng_conformance",
+    **{
+        package.name: package
+        for package in sorted((REPOSITORY / "examples").glob("*/src/*"))
+        if (package / "__init__.py").is_file()
+    },
 }
 
 
@@ -128,6 +137,7 @@ def test_the_walk_sees_the_package() -> None:
     graph = import_graph()
     assert {"hwrng", "hwrng.dtensor", "hwrng.backends.cpu", "hwrng_conformance"} <= set(graph)
     assert {"hwrng_cuda", "hwrng_npu", "hwrng_conformance.runner"} <= set(graph)
+    assert {"hwrng_example_vcpu", "hwrng_example_vcpu.device"} <= set(graph)
     # the walk follows absolute, aliased and lazy imports alike
     assert "hwrng._exceptions" in graph["hwrng"]
     assert "hwrng.dtensor._hooks" in graph["hwrng.dtensor"]
@@ -178,3 +188,35 @@ def test_a_plugin_distribution_imports_only_hwrngs_public_names(plugin: str) -> 
             if any(part.startswith("_") for part in parts):
                 private.append(f"{path.relative_to(REPOSITORY)}: {module} {names}")
     assert not private, private
+
+
+#: The hwrng modules whose classes a backend subclasses.
+BASES = [ROOT / name for name in ("_platform.py", "_device_module.py", "_counters.py", "_host.py")]
+
+
+def _private_self_attributes(tree: ast.AST) -> set[str]:
+    """The private attributes ``self._x`` that a module's methods read or write."""
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+    }
+
+
+def test_the_bases_private_attributes_are_seen() -> None:
+    kept = set().union(*(_private_self_attributes(ast.parse(p.read_text())) for p in BASES))
+    assert {"_counter", "_module", "_generators"} <= kept
+
+
+@pytest.mark.parametrize("plugin", sorted(PLUGINS))
+def test_a_plugin_never_touches_a_private_attribute_of_hwrngs_bases(plugin: str) -> None:
+    kept = set().union(*(_private_self_attributes(ast.parse(p.read_text())) for p in BASES))
+    touched = []
+    for path in sorted(PLUGINS[plugin].rglob("*.py")):
+        used = _private_self_attributes(ast.parse(path.read_text(encoding="utf-8")))
+        touched += [f"{path.relative_to(REPOSITORY)}: self.{name}" for name in sorted(used & kept)]
+    assert not touched, touched

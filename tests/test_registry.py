@@ -381,3 +381,93 @@ def test_no_warnings_from_a_plain_registry() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Registry().load()
+
+
+COUNTED_PLUGIN = """
+import hwrng
+from hwrng.backends.cpu import CPUPlatform
+
+LOADS = 0
+
+
+class CountedPlatform(CPUPlatform):
+    name = "counted"
+    priority = -10
+
+
+class _Plugin:
+    @hwrng.hookimpl
+    def hwrng_platforms(self):
+        return [CountedPlatform()]
+
+
+_PLUGIN = _Plugin()
+
+
+def __getattr__(name):  # every load of the entry point 'counted_plugin:plugin' passes here
+    global LOADS
+    if name != "plugin":
+        raise AttributeError(name)
+    LOADS += 1
+    return _PLUGIN
+"""
+
+COUNT_GROUP = "hwrng_count_test"
+
+
+def test_each_plugin_is_loaded_once_and_its_metadata_read_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.metadata
+    import sys
+    from collections import Counter
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "counted_plugin.py").write_text(COUNTED_PLUGIN)
+    monkeypatch.syspath_prepend(str(site))
+    info = tmp_path / "meta" / "hwrng_counted-1.0.dist-info"  # found only by the finder below
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: hwrng-counted\nVersion: 1.0\nRequires-Dist: hwrng>=0.1\n"
+    )
+    (info / "entry_points.txt").write_text(f"[{COUNT_GROUP}]\ncounted = counted_plugin:plugin\n")
+    reads: Counter[str] = Counter()
+
+    class CountingDistribution(importlib.metadata.PathDistribution):
+        def read_text(self, filename: str) -> str | None:
+            reads[filename] += 1
+            return super().read_text(filename)
+
+    class CountingFinder(importlib.metadata.DistributionFinder):
+        def find_spec(self, *args: object) -> None:
+            return None
+
+        def find_distributions(
+            self, context: importlib.metadata.DistributionFinder.Context | None = None
+        ) -> list[importlib.metadata.Distribution]:
+            name = None if context is None else context.name
+            if name is not None and name.replace("_", "-").lower() != "hwrng-counted":
+                return []
+            return [CountingDistribution(info)]
+
+    finder = CountingFinder()
+    sys.meta_path.append(finder)
+    try:
+        importlib.metadata.entry_points(group=COUNT_GROUP)  # what finding entry points reads
+        baseline = Counter(reads)
+        reads.clear()
+        registry = Registry(entry_point_group=COUNT_GROUP)
+        assert registry.get_platform("counted").name == "counted"
+        rows = {row.name: row for row in registry.list_platforms()}
+        assert registry.get_platform("counted").name == "counted"
+        registry.list_platforms()
+        loads = sys.modules["counted_plugin"].LOADS
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.pop("counted_plugin", None)
+    assert rows["counted"].available, rows["counted"]
+    assert (rows["counted"].distribution, rows["counted"].version) == ("hwrng-counted", "1.0")
+    assert loads == 1, "the isolated import's object is the one registered"
+    assert reads["METADATA"] == baseline["METADATA"] + 1, reads
+    assert reads["entry_points.txt"] == baseline["entry_points.txt"], reads

@@ -40,7 +40,7 @@ from typing import Any
 
 from hwrng._exceptions import DTensorHookError
 from hwrng._platform import Platform
-from hwrng._registry import resolve_platform
+from hwrng._seeding import platform_in_force
 from hwrng._validation import check_flag
 from hwrng.dtensor._hooks import EXTRA_RANDOM_OPS, MIN_TORCH, Patches, check, kernel_key
 from hwrng.dtensor._invariant import InvariantPatches
@@ -64,8 +64,8 @@ def install(platform: Platform | str | None = None, *, invariant: bool = False) 
     Parameters
     ----------
     platform
-        A :class:`~hwrng.Platform`, a name, or ``None`` for
-        :func:`hwrng.get_platform`'s choice.
+        A :class:`~hwrng.Platform`, a name, or ``None`` for the platform in force
+        (the seed plan's, else :func:`hwrng.get_platform`'s choice).
     invariant
         Also make ``uniform_``, ``normal_``, ``bernoulli_``, dropout,
         ``torch.distributed.tensor.rand``/``randn``, ``nn.init.trunc_normal_``
@@ -86,7 +86,7 @@ def install(platform: Platform | str | None = None, *, invariant: bool = False) 
     """
     global _previous, _patches, _invariant
     check_flag(invariant, "invariant")
-    resolved = resolve_platform(platform)
+    resolved = platform_in_force(platform)
     resolved.require_available()
     if "dtensor" not in resolved.capabilities:
         raise DTensorHookError(

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any, Union
 from hwrng._collectives import rank_and_size
 from hwrng._exceptions import CheckpointError
 from hwrng._platform import Platform
-from hwrng._registry import resolve_platform
-from hwrng._seeding import manual_seed
+from hwrng._seeding import manual_seed, platform_in_force
 from hwrng.verify import verify
 
 if TYPE_CHECKING:
@@ -34,7 +33,7 @@ def seed_world(
     defaults to every dim of the mesh). A single process is seeded alone.
     """
     _, world_size = rank_and_size()
-    resolved = resolve_platform(platform)
+    resolved = platform_in_force(platform)
     built = mesh() if callable(mesh) else mesh
     if built is None and world_size > 1:
         from torch.distributed.device_mesh import init_device_mesh

@@ -76,7 +76,8 @@ def seed(
     verify
         Run :func:`hwrng.verify` (a collective) and raise if any stream is wrong.
     platform
-        Whose devices to seed; by default :func:`hwrng.get_platform`'s choice.
+        Whose devices to seed; by default the platform in force (the seed
+        plan's, else :func:`hwrng.get_platform`'s choice).
 
     Returns
     -------

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import hwrng
 
-__all__ = ["BackendOptionError", "MissingExtraError"]
-
-
-class MissingExtraError(hwrng.HwrngError, RuntimeError):
-    """What the suite needs (pytest) is not installed."""
+__all__ = ["BackendOptionError"]
 
 
 class BackendOptionError(hwrng.BackendError):

@@ -22,7 +22,9 @@ __all__ = ["broadcast_from_each_rank", "dtensor_random_ops", "seeded_draws"]
 def broadcast_from_each_rank(platform_name: str) -> list[list[float]]:
     """Broadcast a rank-specific tensor from every rank in turn; return what arrived."""
     platform = hwrng.get_platform(platform_name)
-    on_device = dist.get_backend() != "gloo" or platform.device_type == "cpu"
+    # A group on the platform's own backend carries device tensors; the gloo fallback
+    # hwrng.collective_backend picks where devices are too few carries CPU tensors.
+    on_device = dist.get_backend() == platform.dist_backend
     device = platform.device() if on_device else torch.device("cpu")
     received = []
     for src in range(dist.get_world_size()):

@@ -31,16 +31,18 @@ on a platform without the named :attr:`~hwrng.Platform.capabilities`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 
 import hwrng
 from hwrng.testing import DistributedPool
+from hwrng_conformance._exceptions import BackendOptionError
 
 __all__ = [
     "DEFAULT_NPROC",
+    "backends_to_check",
     "dist_pool",
     "platform",
     "pytest_addoption",
@@ -73,23 +75,46 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def backends_to_check(names: Sequence[str], option: str) -> list[str]:
+    """Return the backends a run checks: ``names``, each once, or every available one.
+
+    The one check of the backends asked for, which ``hwrng conformance`` and
+    the pytest plugin both make.
+
+    Parameters
+    ----------
+    names
+        The backends named on the command line, in order; empty for every
+        backend available here (then the answer may be empty too).
+    option
+        The option that named them, for the message (``--backend``).
+
+    Raises
+    ------
+    BackendOptionError
+        For a name hwrng cannot use here (unknown, unavailable, provided twice).
+    """
+    chosen = list(dict.fromkeys(names))
+    for name in chosen:
+        try:
+            hwrng.get_platform(name)
+        except hwrng.BackendError as error:
+            raise BackendOptionError(f"{option} {name}: {error}") from None
+    return chosen or [row.name for row in hwrng.list_platforms() if row.available]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Register the marker and resolve which backends to check."""
     config.addinivalue_line(
         "markers",
         "hwrng_requires(*capabilities): skip on platforms without these capabilities",
     )
-    names: list[str] = list(dict.fromkeys(config.getoption("--hwrng-backend")))
-    if names:
-        for name in names:
-            try:
-                hwrng.get_platform(name)
-            except hwrng.BackendError as error:
-                raise pytest.UsageError(f"--hwrng-backend {name}: {error}") from error
-    else:
-        names = [row.name for row in hwrng.list_platforms() if row.available]
-        if not names:
-            raise pytest.UsageError("no available hwrng backend to check (see: hwrng backends)")
+    try:
+        names = backends_to_check(config.getoption("--hwrng-backend"), "--hwrng-backend")
+    except BackendOptionError as error:
+        raise pytest.UsageError(str(error)) from None
+    if not names:
+        raise pytest.UsageError("no available hwrng backend to check (see: hwrng backends)")
     config.stash[_BACKENDS_KEY] = names
 
 
@@ -116,13 +141,15 @@ def platform(platform_name: str) -> hwrng.Platform:
 def dist_pool(platform: hwrng.Platform, pytestconfig: pytest.Config) -> Iterator[DistributedPool]:
     """A pool of ``--hwrng-nproc`` ranks on ``platform``, started once per backend.
 
-    The ranks use the platform's dist backend when every rank can have a
-    device of its own, and gloo otherwise (e.g. one GPU for four processes).
+    The ranks use the backend :func:`hwrng.collective_backend` chooses: the
+    platform's dist backend when it can serve them (every rank with a device
+    of its own, where the platform needs one), and gloo otherwise (e.g. one
+    GPU for four processes).
     """
     nproc = int(pytestconfig.getoption("--hwrng-nproc"))
     if nproc < 2:
         pytest.skip(f"multi-process rules need --hwrng-nproc >= 2 (got {nproc})")
-    backend = pool_backend(platform, nproc)
+    backend = hwrng.collective_backend(platform, nproc)
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
     capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
 
@@ -137,13 +164,6 @@ def dist_pool(platform: hwrng.Platform, pytestconfig: pytest.Config) -> Iterator
         nproc, backend=backend, platform=platform.name, timeout=180, progress=progress
     ) as pool:
         yield pool
-
-
-def pool_backend(platform: hwrng.Platform, nproc: int) -> str:
-    """Return the dist backend for ``nproc`` ranks on ``platform`` on this machine."""
-    if platform.device_type == "cpu" or platform.device_count() >= nproc:
-        return platform.dist_backend
-    return "gloo"
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -119,11 +119,16 @@ def run_conformance(
     extra
         More pytest arguments (``--`` first is dropped), e.g. ``-k counter``;
         a run they filter is labelled PARTIAL.
+
+    Raises
+    ------
+    BackendOptionError
+        For a backend hwrng cannot use here, before pytest starts.
     """
     extra = list(extra)
     if extra[:1] == ["--"]:
         extra = extra[1:]
-    names = list(backends) or [row.name for row in hwrng.list_platforms() if row.available]
+    names = conformance_plugin.backends_to_check(backends, "--backend")
     if not names:
         print("hwrng conformance: NOT VERIFIED: no available backend to check (hwrng backends)")
         return 1

@@ -23,11 +23,17 @@ __all__ = ["CPUPlatform", "hwrng_platforms"]
 
 
 class CPUPlatform(hwrng.Platform):
-    """The host CPU: one device, always available, lowest priority."""
+    """The host CPU: one device, always available, lowest priority.
+
+    Its one device draws from the host generator (:attr:`uses_host_generator`),
+    and any number of ranks share it over gloo (:attr:`one_rank_per_device` is
+    ``False``).
+    """
 
     name: ClassVar[str] = "cpu"
     dist_backend: ClassVar[str] = "gloo"
     priority: ClassVar[int] = 0
+    one_rank_per_device: ClassVar[bool] = False  # gloo runs any number of ranks on the host
 
     @property
     def counter(self) -> hwrng.CounterView:

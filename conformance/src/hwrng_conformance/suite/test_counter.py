@@ -105,6 +105,7 @@ def test_set_seed_offset_refuses_bad_input(
 def test_foreign_generator_refused(platform: hwrng.Platform) -> None:
     with pytest.raises(hwrng.InvalidDeviceError):
         platform.get_seed_offset("not a generator")  # type: ignore[arg-type]
-    if platform.device_type != "cpu":
+    host = torch.Generator()  # a generator of the host's device type
+    if platform.device_type != host.device.type:
         with pytest.raises(hwrng.InvalidDeviceError):
-            platform.get_seed_offset(torch.Generator())
+            platform.get_seed_offset(host)

@@ -32,11 +32,10 @@ class VCPUPlatform(hwrng.DeviceModulePlatform):
     dist_backend: ClassVar[str] = "gloo"
     priority: ClassVar[int] = -10  # a software device never wins auto-selection
     capabilities: ClassVar[frozenset[str]] = frozenset()
-
-    def __init__(self) -> None:
-        super().__init__()
-        # CPU generators are Mersenne Twisters: reuse hwrng's emulated counter view.
-        self._counter: hwrng.CounterView = hwrng.MersenneCounter()
+    # gloo runs any number of ranks over CPU tensors: ranks need no device of their own.
+    one_rank_per_device: ClassVar[bool] = False
+    # CPU generators are Mersenne Twisters: reuse hwrng's emulated counter view.
+    counter_type: ClassVar[type[hwrng.CounterView]] = hwrng.MersenneCounter
 
     @property
     def device_type(self) -> str:

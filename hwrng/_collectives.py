@@ -72,8 +72,10 @@ def digest62(*parts: bytes | memoryview | np.ndarray) -> int:
     """A 62-bit digest of ``parts`` (a word :class:`Comm` can reduce), length-prefixed."""
     hasher = hashlib.blake2b(digest_size=8, person=b"hwrng-words")
     for part in parts:
-        raw = np.ascontiguousarray(part).data if isinstance(part, np.ndarray) else memoryview(part)
-        view = raw.cast("B")
+        if isinstance(part, np.ndarray):  # as bytes; an empty one (a shard of no elements) too
+            view = np.ascontiguousarray(part).reshape(-1).view(np.uint8).data
+        else:
+            view = memoryview(part).cast("B")
         hasher.update(len(view).to_bytes(8, "little"))
         hasher.update(view)
     return int.from_bytes(hasher.digest(), "little") % WORD_LIMIT

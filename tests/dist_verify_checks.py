@@ -289,3 +289,20 @@ def transposed_mesh(fault: str) -> dict[str, Any]:
         return _outcome(hwrng.verify())
     finally:
         del tracker
+
+
+def megatron_expert_collision() -> dict[str, Any]:
+    """Megatron-LM's seeds on pp=2 x ep=2: ranks (pp=0, ep=1) and (pp=1, ep=0) share the
+    expert stream's seed, by Megatron-LM's own formula."""
+    import warnings
+
+    from hwrng import presets
+
+    pp, ep = divmod(dist.get_rank(), 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hwrng.HwrngWarning)  # the preset warns: this is the test
+        presets.megatron_manual_seed(1234, pp_rank=pp, ep_rank=ep, platform="cpu")
+    try:
+        return _outcome(hwrng.verify())
+    finally:
+        presets.get_rng_tracker("cpu").reset()

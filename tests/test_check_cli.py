@@ -121,6 +121,18 @@ def test_check_passes_and_reports_every_verdict() -> None:
     assert "starting 4 rank(s)" in result.stderr and "ready in" in result.stderr
 
 
+@pytest.mark.parametrize("mesh", ["dp=1,tp=3", "pp=3"])
+def test_check_passes_on_meshes_of_odd_sizes(mesh: str) -> None:
+    """The check's model splits over any tensor-parallel size (its width follows tp)."""
+    result = _check("--mesh", mesh, "--json")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    document = json.loads(result.stdout)
+    assert document["ok"] and document["mesh"] == dict(
+        (name, int(size)) for name, size in (part.split("=") for part in mesh.split(","))
+    )
+    assert all(v["ok"] for v in document["ops"] + document["streams"])
+
+
 def test_check_without_sharded_dims_claims_no_shards() -> None:
     result = _check("--nproc", "4", "--mesh", "dp=2,tp=2", "--sharded", "", "--json")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

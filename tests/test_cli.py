@@ -226,13 +226,13 @@ def test_every_command_stops_quietly_when_stdout_is_a_closed_pipe(arguments: lis
 
 _FAILING_PIPE = """
 import sys
-import hwrng._cli as cli
+from hwrng._cli import backends, main
 
-def backends(args):
+def failing(args):
     raise BrokenPipeError(32, "Broken pipe (a pipe to a rank, not stdout)")
 
-cli._cmd_backends = backends
-sys.exit(cli.main(["backends"]))
+backends.run_backends = failing
+sys.exit(main(["backends"]))
 """
 
 

@@ -170,3 +170,18 @@ def test_a_mesh_in_another_rank_order_is_judged_by_its_coordinates(pool: Distrib
     # rank 2 sits at (dp=0, tp=1), rank 1 at (dp=1, tp=0): both seeded 101
     assert ranks == [1, 2], result["text"]
     assert problems == ["shards draw alike: rank 1 {'dp': 1, 'tp': 0}, rank 2 {'dp': 0, 'tp': 1}"]
+
+
+def test_a_megatron_collision_fails_naming_the_formula_as_the_cause(
+    pool: DistributedPool,
+) -> None:
+    result = _one_verdict(pool.run(checks.megatron_expert_collision))
+    stream = "state:hwrng.presets:cpu/expert-parallel-rng"
+    assert set(result["failures"]) == {stream}, result["text"]
+    ranks, problems = result["failures"][stream]
+    assert ranks == [1, 2]
+    assert problems[0] == "shards draw alike: rank 1, rank 2"
+    assert problems[-1].startswith(
+        "cause: Megatron-LM's formula for expert-parallel-rng, seed + 100*pp + 1024 + 100*ep "
+        "+ etp, gives ranks that should differ one seed on this layout"
+    )

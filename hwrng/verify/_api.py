@@ -10,8 +10,7 @@ from hwrng._collectives import Comm, digest62, digest_of, rank_and_size
 from hwrng._mesh import MeshLayout, mesh_tensor
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
-from hwrng._registry import resolve_platform
-from hwrng._seeding import current_seeding
+from hwrng._seeding import current_seeding, platform_in_force
 from hwrng.verify._judging import Judged, judging
 from hwrng.verify._report import StreamVerdict, VerifyReport
 from hwrng.verify._rule import Observation
@@ -27,6 +26,7 @@ from hwrng.verify._setup import (
 )
 from hwrng.verify._streams import (
     SHARDS_DIFFER,
+    STATE_PREFIX,
     check_stream_names,
     expectation_of,
     keys_for,
@@ -186,7 +186,7 @@ def verify(
     dims = check_arguments(mesh, sharded_dims, group)
     wanted = check_stream_names(streams)
     plan = current_seeding()
-    resolved = resolve_platform(platform if platform is not None or plan is None else plan.platform)
+    resolved = platform_in_force(platform)
     whole = Comm(group, resolved)
     failure = ""
     fingerprint: _Fingerprint | None = None
@@ -280,6 +280,8 @@ def _stream_verdicts(
         problems = found.problems
         if found.hidden:
             problems += (f"... and {found.hidden} more violation(s) not shown",)
+        if found.alike and mine.seeding is not None:
+            problems += _formula_cause(name, mine.seeding)
         verdicts.append(
             StreamVerdict(
                 name,
@@ -292,6 +294,24 @@ def _stream_verdicts(
             )
         )
     return verdicts
+
+
+def _formula_cause(name: str, plan: Seeding) -> tuple[str, ...]:
+    """A line naming the trainer's formula that gives ranks of ``name`` one seed, if any."""
+    from hwrng import presets
+
+    formulas = presets.plan_formulas(plan)
+    if not formulas:
+        return ()
+    stream = name.rpartition("/")[2] if name.startswith(STATE_PREFIX) else presets.DEFAULT_STREAM
+    formula = formulas.get(stream)
+    if formula is None:
+        return ()
+    return (
+        f"cause: {formula.author}'s formula for {formula.stream}, {formula.describe()}, gives "
+        "ranks that should differ one seed on this layout (hwrng plan --preset "
+        f"{plan.source} shows which); seed with collision_free=True to keep them apart",
+    )
 
 
 def _report(

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from hwrng._collectives import WORD_LIMIT, digest_of
 from hwrng.verify._records import Holding, Role, Tally, merge_holdings, merge_tallies
 from hwrng.verify._routing import Place, route
-from hwrng.verify._rule import Observation, Problem, agreement_problem, apart_problem
+from hwrng.verify._rule import Kind, Observation, Problem, agreement_problem, apart_problem
 from hwrng.verify._wire import WHOLE, Reduce, Steps, Total, collect_texts, encode_json
 
 __all__ = ["Judged", "Outcome", "judging"]
@@ -63,6 +63,8 @@ class Judged:
         Violations found but not shown (past the naming round's limit).
     compared_equal, compared_apart
         Whether some ranks were required to agree, or to differ.
+    alike
+        Whether a shown problem is of ranks that should differ drawing alike.
     """
 
     problems: tuple[str, ...]
@@ -70,6 +72,7 @@ class Judged:
     hidden: int
     compared_equal: bool
     compared_apart: bool
+    alike: bool = False
 
     @property
     def ok(self) -> bool:
@@ -184,14 +187,15 @@ def judging(
         collected = []
     judged = []
     for c in range(checks):
-        mine = sorted((ranks, text) for check, text, ranks in collected if check == c)
+        mine = sorted((ranks, text, kind) for check, kind, text, ranks in collected if check == c)
         judged.append(
             Judged(
-                problems=tuple(text for _, text in mine),
-                ranks=tuple(sorted({r for ranks, _ in mine for r in ranks})),
+                problems=tuple(text for _, text, _ in mine),
+                ranks=tuple(sorted({r for ranks, _, _ in mine for r in ranks})),
                 hidden=counts[c] - len(mine),
                 compared_equal=compared_equal[c],
                 compared_apart=compared_apart[c],
+                alike=any(kind == Kind.ALIKE.value for _, _, kind in mine),
             )
         )
     return Outcome(judged, problems, varying)
@@ -248,9 +252,9 @@ def _groups(
 
 def _collect(
     problems: list[Problem], place: Place, shown: int, limit: int
-) -> Steps[list[tuple[int, str, list[int]]]]:
-    """``(check, text, ranks)`` of the problems the lowest ``shown`` owners found."""
+) -> Steps[list[tuple[int, str, str, list[int]]]]:
+    """``(check, kind, text, ranks)`` of the problems the lowest ``shown`` owners found."""
     ordered = sorted(problems, key=lambda p: (p.check, p.ranks))
-    text = encode_json([[p.check, p.text, list(p.ranks[:limit])] for p in ordered])
+    text = encode_json([[p.check, p.kind.value, p.text, list(p.ranks[:limit])] for p in ordered])
     found = yield from collect_texts(text, place.position, place.size, shown)
-    return [(c, t, r) for _, message in found for c, t, r in json.loads(message)]
+    return [(c, k, t, r) for _, message in found for c, k, t, r in json.loads(message)]

@@ -36,7 +36,6 @@ from hwrng._mesh import MeshLayout, linear_index, mesh_tensor, require_known
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
 from hwrng._states import live_trackers
-from hwrng._validation import SEED_MODULUS
 from hwrng.dtensor._meshes import meshes_in_use
 from hwrng.verify._rule import Observation
 
@@ -44,6 +43,7 @@ __all__ = [
     "BOTH_WAYS",
     "DTENSOR",
     "SHARDS_DIFFER",
+    "STATE_PREFIX",
     "Keys",
     "Stream",
     "check_stream_names",
@@ -142,7 +142,9 @@ def keys_for(seeding: Seeding | None, mesh: Any, sharded_dims: Sequence[str] | N
         seeding.named,
     )
     known = plan_layout if mesh is None else MeshLayout.of(mesh)
-    replica = (seeding.rank_seed - seeding.seed) % SEED_MODULUS
+    # by coordinates, not by seed: ranks a trainer's formula gives one seed by accident
+    # (Megatron-LM's 100*pp + 10*dp) are not replicas, and drawing alike fails them
+    replica = [(d.name, d.coordinate) for d in seeding.dims if d.weight]
     return Keys(digest_of(replica), digest_of(identity), seeding.describe(), known)
 
 
@@ -151,9 +153,8 @@ def _tensor_digest(tensor: torch.Tensor) -> int:
 
 
 def _host_and_device(platform: Platform) -> list[tuple[str, int]]:
-    host = host_generator()
-    found = [("torch.cpu", _tensor_digest(host.get_state()))]
-    if platform.device_type == "cpu" and platform.generator() is host:
+    found = [("torch.cpu", _tensor_digest(host_generator().get_state()))]
+    if platform.uses_host_generator:
         return found
     for index in range(platform.device_count()):
         state = platform.generator(index).get_state()

@@ -66,7 +66,8 @@ def over_mesh(
         positions: Sequence[int] = range(mesh.shape[d])
         if own.ranks is not None:  # not init_device_mesh's order: look each rank up in its group
             grid = mesh_tensor(mesh).reshape(tuple(mesh.shape))
-            ranks = grid[(*coordinate[:d], slice(None), *coordinate[d + 1 :])].tolist()
+            index = (*coordinate[:d], slice(None), *coordinate[d + 1 :])
+            ranks = grid[index].tolist()
             positions = tuple(int(dist.get_group_rank(group, int(r))) for r in ranks)
         lines.append(Line(Comm(group, platform), positions))
     place = Place(

@@ -20,18 +20,16 @@ splits it.
 
 from __future__ import annotations
 
-import datetime
 import enum
 import math
-import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from hwrng._cli._table import format_table
+from hwrng._cli.check._report import CheckReport, Verdict
 from hwrng._collectives import Comm, digest62, digest_of
 from hwrng._mesh import unravel_index
 from hwrng._plan import rank_seed
@@ -41,13 +39,7 @@ from hwrng.verify._rule import Observation
 from hwrng.verify._topology import over_mesh
 from hwrng.verify._wire import drive
 
-__all__ = [
-    "CheckReport",
-    "Verdict",
-    "default_mesh",
-    "format_report",
-    "run_rank",
-]
+__all__ = ["default_mesh", "run_rank"]
 
 PIPELINE_DIM = "pp"
 TENSOR_PARALLEL_DIM = "tp"
@@ -362,142 +354,3 @@ def _seed_rows(
         coordinate = dict(zip(mesh, unravel_index(rank, sizes), strict=True))
         rows.append((rank, coordinate, rank_seed(seed, coordinate, mesh, sharded)))
     return rows
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One line of the report: a check, whether it held, and why not."""
-
-    what: str
-    ok: bool
-    detail: str
-
-
-@dataclass
-class CheckReport:
-    """Everything ``hwrng check`` prints (``--json`` prints it as a document).
-
-    ``seeds`` holds the first :data:`SEED_ROWS` ranks' seeds; every rank's own
-    seed is checked against the plan by the first check.
-    """
-
-    backend: str
-    device: str
-    mesh: dict[str, int]
-    sharded: list[str]
-    seed: int
-    seeds: list[tuple[int, dict[str, int], int]]
-    ops: list[Verdict] = field(default_factory=list)
-    streams: list[Verdict] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """Whether every check held."""
-        return all(v.ok for v in self.ops + self.streams)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The report as plain values."""
-        return {
-            "ok": self.ok,
-            "backend": self.backend,
-            "device": self.device,
-            "mesh": self.mesh,
-            "sharded": self.sharded,
-            "seed": self.seed,
-            "seeds": [{"rank": r, "coordinate": c, "seed": s} for r, c, s in self.seeds],
-            "ops": [vars(v) for v in self.ops],
-            "streams": [vars(v) for v in self.streams],
-            "seconds": round(self.seconds, 3),
-            "torch": torch.__version__,
-            "python": sys.version.split()[0],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CheckReport:
-        """The report :meth:`to_dict` made (as the ranks send it to whoever prints it)."""
-        return cls(
-            data["backend"],
-            data["device"],
-            dict(data["mesh"]),
-            list(data["sharded"]),
-            data["seed"],
-            [(s["rank"], s["coordinate"], s["seed"]) for s in data["seeds"]],
-            [Verdict(**v) for v in data["ops"]],
-            [Verdict(**v) for v in data["streams"]],
-            data["seconds"],
-        )
-
-
-def format_report(report: CheckReport) -> str:
-    """The readable report: header, seed table, op verdicts, stream verdicts, verdict line."""
-    mesh_text = " x ".join(f"{n}={s}" for n, s in report.mesh.items())
-    world = math.prod(report.mesh.values())
-    names = list(report.mesh)
-    table = format_table(
-        ["rank", *names, "seed"],
-        [[r, *(c[n] for n in names), s] for r, c, s in report.seeds],
-    )
-    if world > len(report.seeds):
-        table += f"\n... {world - len(report.seeds)} more rank(s), each checked against the plan"
-    lines = [
-        f"hwrng check: backend {report.backend} ({report.device}), {world} rank(s), "
-        f"mesh {mesh_text}, sharded {', '.join(report.sharded) or 'along no dim'}, "
-        f"seed {report.seed}",
-        "",
-        table,
-        "",
-        format_table(
-            ["CHECK", "RESULT", "DETAIL"],
-            [[v.what, "PASS" if v.ok else "FAIL", v.detail] for v in report.ops],
-        ),
-        "",
-        format_table(
-            ["STREAM (hwrng.verify)", "RESULT", "DETAIL"],
-            [[v.what, "PASS" if v.ok else "FAIL", v.detail] for v in report.streams],
-        ),
-        "",
-    ]
-    total = len(report.ops) + len(report.streams)
-    failed = sum(not v.ok for v in report.ops + report.streams)
-    verdict = f"PASSED ({total} checks)" if report.ok else f"FAILED ({failed} of {total} checks)"
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines.append(
-        f"hwrng check: {verdict} in {report.seconds:.1f} s; "
-        f"torch {torch.__version__}, python {sys.version.split()[0]}, {when}"
-    )
-    return "\n".join(lines)
-
-
-TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-
-
-def under_torchrun() -> bool:
-    """Whether this process was started by torchrun (or a launcher that sets its variables)."""
-    import os
-
-    return all(name in os.environ for name in TORCHRUN_VARIABLES)
-
-
-def run_in_torchrun(
-    mesh: dict[str, int], sharded: list[str], seed: int, platform_name: str, backend: str
-) -> tuple[CheckReport | None, bool]:
-    """Run this process's rank under torchrun. Returns (the report on rank 0, else None; ok)."""
-    import os
-
-    import torch.distributed as dist
-
-    import hwrng
-
-    platform = hwrng.get_platform(platform_name)
-    if platform.device_type != "cpu":
-        platform.device_handle.set_device(int(os.environ["LOCAL_RANK"]) % platform.device_count())
-    owns_group = not dist.is_initialized()
-    if owns_group:
-        dist.init_process_group(backend)
-    try:
-        report = CheckReport.from_dict(run_rank(mesh, sharded, seed, platform_name))
-        return (report if dist.get_rank() == 0 else None), report.ok
-    finally:
-        if owns_group:
-            dist.destroy_process_group()

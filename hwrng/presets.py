@@ -350,6 +350,32 @@ _MEGATRON_FIX = (
 )
 
 
+def _megatron(
+    seed: int,
+    coordinate: dict[str, int],
+    data_parallel_random_init: bool,
+    collision_free: bool,
+    sizes: Mapping[str, int] | None,
+) -> tuple[MegatronSeeds, dict[str, Formula]]:
+    """One rank's seeds and the formulas that gave them, after checking every argument."""
+    base = check_seed(seed)
+    formulas = preset_formulas(
+        "megatron",
+        sizes=sizes,
+        data_parallel_random_init=data_parallel_random_init,
+        collision_free=collision_free,
+    )
+    _check_coordinate(coordinate, None if sizes is None else check_sizes(sizes))
+    seeds = {name: f.seed(base, coordinate) for name, f in formulas.items()}
+    found = MegatronSeeds(
+        seed=seeds[DEFAULT_STREAM],
+        tensor_parallel=seeds[MEGATRON_MODEL_PARALLEL_RNG],
+        expert_parallel=seeds[MEGATRON_EXPERT_PARALLEL_RNG],
+        data_parallel=seeds[MEGATRON_DATA_PARALLEL_RNG],
+    )
+    return found, formulas
+
+
 def _megatron_coordinate(
     pp_rank: int, tp_rank: int, dp_rank: int, ep_rank: int, etp_rank: int
 ) -> dict[str, int]:
@@ -383,22 +409,13 @@ def megatron_seeds(
     With ``collision_free`` (which needs ``sizes``, each dim's size), hwrng's
     formulas of :func:`preset_formulas` instead.
     """
-    base = check_seed(seed)
-    coordinate = _megatron_coordinate(pp_rank, tp_rank, dp_rank, ep_rank, etp_rank)
-    formulas = preset_formulas(
-        "megatron",
-        sizes=sizes,
-        data_parallel_random_init=data_parallel_random_init,
-        collision_free=collision_free,
-    )
-    _check_coordinate(coordinate, None if sizes is None else check_sizes(sizes))
-    seeds = {name: f.seed(base, coordinate) for name, f in formulas.items()}
-    return MegatronSeeds(
-        seed=seeds[DEFAULT_STREAM],
-        tensor_parallel=seeds[MEGATRON_MODEL_PARALLEL_RNG],
-        expert_parallel=seeds[MEGATRON_EXPERT_PARALLEL_RNG],
-        data_parallel=seeds[MEGATRON_DATA_PARALLEL_RNG],
-    )
+    return _megatron(
+        seed,
+        _megatron_coordinate(pp_rank, tp_rank, dp_rank, ep_rank, etp_rank),
+        data_parallel_random_init,
+        collision_free,
+        sizes,
+    )[0]
 
 
 def megatron_manual_seed(
@@ -457,17 +474,8 @@ def megatron_manual_seed(
     MegatronSeeds
         The seeds used.
     """
-    seeds = megatron_seeds(
-        seed,
-        pp_rank=pp_rank,
-        tp_rank=tp_rank,
-        dp_rank=dp_rank,
-        ep_rank=ep_rank,
-        etp_rank=etp_rank,
-        data_parallel_random_init=data_parallel_random_init,
-        collision_free=collision_free,
-        sizes=sizes,
-    )
+    coordinate = _megatron_coordinate(pp_rank, tp_rank, dp_rank, ep_rank, etp_rank)
+    seeds, formulas = _megatron(seed, coordinate, data_parallel_random_init, collision_free, sizes)
     resolved = platform_in_force(platform)
     resolved.require_available()
     target = tracker if tracker is not None else get_rng_tracker(resolved)
@@ -477,13 +485,6 @@ def megatron_manual_seed(
         MEGATRON_EXPERT_PARALLEL_RNG: seeds.expert_parallel,
     }
     _check_tracker(target, streams)
-    coordinate = _megatron_coordinate(pp_rank, tp_rank, dp_rank, ep_rank, etp_rank)
-    formulas = preset_formulas(
-        "megatron",
-        sizes=sizes,
-        data_parallel_random_init=data_parallel_random_init,
-        collision_free=collision_free,
-    )
     _warn_if_colliding(formulas, seed, coordinate, sizes, _MEGATRON_FIX)
     # The default seed's terms, then tp, ep and etp, which enter only the named streams:
     # recorded with weight 0, so that hwrng.verify knows along which of them each named
@@ -539,6 +540,28 @@ class SlapoSeeds:
     tensor_parallel: int | None
 
 
+def _slapo(
+    seed: int,
+    coordinate: dict[str, int],
+    always_enable_tp_seed: bool,
+    collision_free: bool,
+    sizes: Mapping[str, int] | None,
+) -> tuple[SlapoSeeds, dict[str, Formula]]:
+    """One rank's seeds and the formulas that gave them, after checking every argument."""
+    base = check_seed(seed)
+    check_flag(always_enable_tp_seed, "always_enable_tp_seed")
+    formulas = preset_formulas(
+        "slapo", sizes=sizes, collision_free=collision_free, dims=tuple(coordinate)
+    )
+    _check_coordinate(coordinate, None if sizes is None else check_sizes(sizes))
+    value = formulas[DEFAULT_STREAM].seed(base, coordinate)
+    if "tp" not in coordinate:
+        return SlapoSeeds(seed=value, default=value, tensor_parallel=None), formulas
+    tensor_parallel = formulas[MEGATRON_MODEL_PARALLEL_RNG].seed(base, coordinate)
+    default = tensor_parallel if always_enable_tp_seed else value
+    return SlapoSeeds(seed=value, default=default, tensor_parallel=tensor_parallel), formulas
+
+
 def _slapo_coordinate(
     dp_rank: int | None, pp_rank: int | None, tp_rank: int | None
 ) -> dict[str, int]:
@@ -561,19 +584,8 @@ def slapo_seeds(
     With ``collision_free`` (which needs ``sizes``), hwrng's formulas of
     :func:`preset_formulas` instead.
     """
-    base = check_seed(seed)
-    check_flag(always_enable_tp_seed, "always_enable_tp_seed")
     coordinate = _slapo_coordinate(dp_rank, pp_rank, tp_rank)
-    formulas = preset_formulas(
-        "slapo", sizes=sizes, collision_free=collision_free, dims=tuple(coordinate)
-    )
-    _check_coordinate(coordinate, None if sizes is None else check_sizes(sizes))
-    value = formulas[DEFAULT_STREAM].seed(base, coordinate)
-    if tp_rank is None:
-        return SlapoSeeds(seed=value, default=value, tensor_parallel=None)
-    tensor_parallel = formulas[MEGATRON_MODEL_PARALLEL_RNG].seed(base, coordinate)
-    default = tensor_parallel if always_enable_tp_seed else value
-    return SlapoSeeds(seed=value, default=default, tensor_parallel=tensor_parallel)
+    return _slapo(seed, coordinate, always_enable_tp_seed, collision_free, sizes)[0]
 
 
 _SLAPO_FIX = (
@@ -610,24 +622,13 @@ def slapo_set_random_seed(
     int
         :attr:`SlapoSeeds.seed`, as slapo returns it.
     """
-    seeds = slapo_seeds(
-        seed,
-        dp_rank=dp_rank,
-        pp_rank=pp_rank,
-        tp_rank=tp_rank,
-        always_enable_tp_seed=always_enable_tp_seed,
-        collision_free=collision_free,
-        sizes=sizes,
-    )
+    coordinate = _slapo_coordinate(dp_rank, pp_rank, tp_rank)
+    seeds, formulas = _slapo(seed, coordinate, always_enable_tp_seed, collision_free, sizes)
     resolved = platform_in_force(platform)
     resolved.require_available()
     target = tracker if tracker is not None else get_rng_tracker(resolved)
     if seeds.tensor_parallel is not None:
         _check_tracker(target, {MEGATRON_MODEL_PARALLEL_RNG: seeds.tensor_parallel})
-    coordinate = _slapo_coordinate(dp_rank, pp_rank, tp_rank)
-    formulas = preset_formulas(
-        "slapo", sizes=sizes, collision_free=collision_free, dims=tuple(coordinate)
-    )
     _warn_if_colliding(formulas, seed, coordinate, sizes, _SLAPO_FIX)
     default = formulas[DEFAULT_STREAM]
     dims = [

@@ -5,9 +5,10 @@ job -- every pair of ranks, not only ranks on one mesh line -- without
 gathering them anywhere:
 
 1. *Where do checks vary?* One reduction along each axis (this rank's line
-   along one mesh dim) of a digest of each check's observations tells
-   whether the check is the same along the line; one reduction over the
-   whole group tells, per check, the axes along which it varies anywhere.
+   along one mesh dim) of each check's observations, word for word (maxima
+   and minima), tells exactly whether the check is the same along the line;
+   one reduction over the whole group tells, per check, the axes along which
+   it varies anywhere.
    Along the others every layer of ranks is a copy of every other, so a
    layer is judged for all (see ``_routing``): a dim of replicas, however
    long, costs one fixed-size reduction and nothing more.
@@ -37,7 +38,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hwrng._collectives import WORD_LIMIT, digest_of
+from hwrng._collectives import WORD_LIMIT
 from hwrng.verify._records import Holding, Role, Tally, merge_holdings, merge_tallies
 from hwrng.verify._routing import Place, route
 from hwrng.verify._rule import Kind, Observation, Problem, agreement_problem, apart_problem
@@ -100,12 +101,25 @@ class Outcome:
     varying: list[tuple[int, ...]]
 
 
-def _fingerprint(observations: Sequence[Observation]) -> int:
-    return digest_of(
-        sorted(
-            (o.agree is not None, o.agree or 0, o.apart, o.digest, o.empty) for o in observations
-        )
+#: Observations per check a line's reduction compares word for word; a rank with more makes
+#: its lines vary (exact either way: a check is never taken as the same where it is not).
+COMPARED_PER_CHECK = 2
+
+
+def _words(observations: Sequence[Observation], coordinate: int) -> list[int]:
+    """One check's observations as words for a line's reduction.
+
+    Their maxima equal their minima along the line exactly when every rank of
+    the line holds the same observations.
+    """
+    ordered = sorted(
+        (int(o.agree is not None), o.agree or 0, o.apart, o.digest, int(o.empty))
+        for o in observations
     )
+    words = [len(ordered), coordinate if len(ordered) > COMPARED_PER_CHECK else 0]
+    for slot in range(COMPARED_PER_CHECK):
+        words += ordered[slot] if slot < len(ordered) else (0, 0, 0, 0, 0)
+    return words
 
 
 def judging(
@@ -134,11 +148,18 @@ def judging(
     """
     checks = len(observations)
     axes = range(len(place.sizes))
-    prints = tuple(_fingerprint(o) for o in observations)
     here: list[list[bool]] = []
     for axis in axes:
-        high, low = yield Reduce(axis, prints, prints)
-        here.append([h != lo for h, lo in zip(high, low, strict=True)])
+        rows = [_words(o, place.coordinate[axis]) for o in observations]
+        words = tuple(w for row in rows for w in row)
+        high, low = yield Reduce(axis, words, words)
+        width = len(rows[0]) if rows else 0
+        here.append(
+            [
+                high[c * width : (c + 1) * width] != low[c * width : (c + 1) * width]
+                for c in range(checks)
+            ]
+        )
     drawn = [[o.apart for o in obs if not o.empty] for obs in observations]
     high, low = yield Reduce(
         WHOLE,

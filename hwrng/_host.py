@@ -48,6 +48,7 @@ __all__ = [
     "MersenneCounter",
     "host_generator",
     "mersenne_state",
+    "positioned_offset",
     "seed_host",
 ]
 
@@ -148,6 +149,14 @@ def _decode(raw: bytes, seed: int) -> int | None:
     if offset % 4 or offset > MAX_OFFSET or (offset == 0 and seed < 2**32):
         return None
     return offset if _raw_state(seed, offset) == raw else None
+
+
+def positioned_offset(raw: bytes, seed: int) -> int | None:
+    """The offset of a state :func:`mersenne_state` made for ``seed``, else ``None``.
+
+    Reads the state alone (no counter's memory), for checking a saved state.
+    """
+    return _decode(raw, seed)
 
 
 def _digest(raw: bytes) -> bytes:

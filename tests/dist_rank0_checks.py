@@ -23,7 +23,7 @@ def _save_on_rank_0(path: str, files: str | None) -> tuple[Any, ...]:
     return expected
 
 
-def round_trip(directory: str) -> tuple[str, Any, list[str], list[str]]:
+def round_trip(directory: str) -> tuple[str, Any, list[str], dict[str, list[str]]]:
     """Save, move, load on every rank with check() then its restore: what happened here,
     and what rank 0's file and the per-rank directory hold."""
     path = os.path.join(directory, "rank0.ckpt")
@@ -44,7 +44,8 @@ def round_trip(directory: str) -> tuple[str, Any, list[str], list[str]]:
     outcome = f"check {'changed nothing' if unchanged else 'CHANGED'}; " + (
         "restored" if restored else "WRONG STREAMS"
     )
-    return outcome, expected[0], sorted(loaded), sorted(os.listdir(files))
+    sets = {name: sorted(os.listdir(os.path.join(files, name))) for name in os.listdir(files)}
+    return outcome, expected[0], sorted(loaded), sets
 
 
 def one_rank_refuses(directory: str, how: str) -> str:

@@ -20,6 +20,7 @@ from hwrng._registry import Registry
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_MODULES = [
     "hwrng",
+    "hwrng.checkpoint",
     "hwrng.hookspecs",
     "hwrng.presets",
     "hwrng.dtensor",
@@ -59,6 +60,7 @@ def test_implementation_modules_are_private() -> None:
         "hwrng.invariant",
         "hwrng.testing",
         "hwrng.backends",
+        "hwrng.checkpoint",  # the checkpoint family, its names also exported by hwrng
         "hwrng.integrations",  # its trainer modules are imported only when asked for
     }
 

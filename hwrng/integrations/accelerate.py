@@ -30,11 +30,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from hwrng._checkpoint import OnMismatch
-from hwrng._dcp import RNGState
 from hwrng._exceptions import CheckpointError, HwrngWarning, InvalidValueError
 from hwrng._platform import Platform
 from hwrng._validation import check_flag
+from hwrng.checkpoint import OnMismatch, RNGState
 from hwrng.integrations._world import (
     MeshLike,
     check_world,

@@ -35,10 +35,9 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.fabric.utilities.data import _set_sampler_epoch
 
-from hwrng._checkpoint import OnMismatch
-from hwrng._dcp import RNGState
 from hwrng._exceptions import HwrngWarning
 from hwrng._platform import Platform
+from hwrng.checkpoint import OnMismatch, RNGState
 from hwrng.integrations._world import (
     MeshLike,
     check_world,

@@ -188,7 +188,7 @@ class RNGState:
         self.platform = platform
         self.directory = directory
         self._issued: dict[str, bytes] = {}
-        self._saved: tuple[str, int] | None = None  # (directory, nonce) of the last set written
+        self._saved: tuple[str, int] | None = None  # (directory, nonce) of a set to commit
         self.missing: set[str] = set()  # keys RNGLoadPlanner found absent from the checkpoint
         self.old_layout = False  # RNGLoadPlanner found layout 1 in the checkpoint
 
@@ -278,32 +278,25 @@ class RNGState:
         self._saved = (directory, nonce)
 
     def commit(self) -> None:
-        """Say the trainer's checkpoint of the last save is complete: remove older sets.
+        """Say the trainer's checkpoint of the last save is complete: remove earlier sets.
 
         A collective (one ``all_reduce`` of one word, which also makes every
         rank wait for the trainer's write): call it on every rank once the
         file that holds the shared entry of the last :meth:`state_dict` is
-        written -- after ``fabric.save``, after rank 0's ``torch.save`` --
-        as the integrations do. Each rank then removes its own files of every
-        other save in ``directory``. Until then every set is kept, so that a
-        save that fails or is cut short at any point leaves the checkpoint
-        the trainer still holds whole. Without a ``directory`` (DCP) there is
-        nothing to remove and nothing is communicated.
+        written -- after ``fabric.save``, after rank 0's ``torch.save`` and a
+        barrier -- as the integrations do. Each rank then removes its own
+        files of every other save in ``directory``. Until then every set is
+        kept, so that a save that fails or is cut short at any point leaves
+        whole the checkpoint the trainer still holds.
 
-        Raises
-        ------
-        CheckpointError
-            If this object has written no set (no :meth:`state_dict` with a
-            ``directory`` yet, or the last one failed).
+        Nothing happens (and nothing is communicated) without a ``directory``
+        (DCP: nothing to remove), or when no :meth:`state_dict` has written a
+        set since the last commit (every rank alike: saving is collective).
         """
-        if self.directory is None:
+        if self.directory is None or self._saved is None:
             return
-        if self._saved is None:
-            raise CheckpointError(
-                "RNGState.commit(): this RNGState has written no set of per-rank files to "
-                "commit (call it after a state_dict() with a directory has returned)"
-            )
         directory, nonce = self._saved
+        self._saved = None
         rank, world_size = rank_and_size()
         Comm(None, resolve_platform(self.platform)).max([0])
         remove_other_sets(directory, nonce, rank, world_size)

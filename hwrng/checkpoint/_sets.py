@@ -59,9 +59,11 @@ def read_own(directory: str | os.PathLike[str], nonce: int, rank: int) -> bytes 
 
 def _remove(path: str, failures: list[str]) -> bool:
     """Remove one file; False where there was none."""
+    if not os.path.lexists(path):
+        return False
     try:
         os.unlink(path)
-    except FileNotFoundError:
+    except FileNotFoundError:  # another process was first
         return False
     except OSError as error:
         failures.append(f"{path!r}: {error.strerror}")

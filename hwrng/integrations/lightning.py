@@ -15,7 +15,7 @@ Fabric::
     fabric.launch()
     seed_fabric(1234)
     state = {"model": model, "optimizer": optimizer, "rng": fabric_rng_state(path)}
-    save_fabric(fabric, path, state)  # ... later, in fresh processes: load_fabric(fabric, path, state)
+    save_fabric(fabric, path, state)  # later, in fresh processes: load_fabric(fabric, path, state)
 
 Lightning writes its checkpoint from rank 0 alone; each rank's own RNG entry
 goes into a folder beside it, ``<checkpoint>.hwrng/save-<nonce>/rank-<r>.pt``,

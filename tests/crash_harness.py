@@ -233,7 +233,7 @@ class Point:
 
 @dataclass
 class JobResult:
-    """What each rank of a job did: ``("ok", value, events)``, ``("error", ...)``, ``("killed", ...)``."""
+    """What each rank of a job did: ``("ok", value, log)``, error, ``("killed", log)``."""
 
     ranks: list[Any]
     codes: list[int | None]

@@ -68,8 +68,13 @@ def _in_an_epoch(accelerator: Any) -> bool:
     accelerate's loaders fetch a batch ahead; on an epoch's last batch the
     fetch found none (``end_of_dataloader``), so nothing was drawn for a next.
     """
-    loaders = [r for r in accelerator.gradient_state.dataloader_references if r is not None]
-    return any(not getattr(loader, "end_of_dataloader", False) for loader in loaders)
+    mine = accelerator._dataloaders  # a loop of another accelerator, or one cut short, is not
+    iterating = [
+        loader
+        for loader in accelerator.gradient_state.dataloader_references
+        if loader is not None and any(loader is own for own in mine)
+    ]
+    return any(not getattr(loader, "end_of_dataloader", False) for loader in iterating)
 
 
 def prepare_rng(

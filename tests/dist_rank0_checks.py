@@ -93,3 +93,34 @@ def one_rank_cannot_write(directory: str) -> str:
     except hwrng.CheckpointError as error:
         return str(error)
     return "saved"
+
+
+def damaged_rank_file(directory: str, damage: str, on_mismatch: str) -> tuple[str, list[str]]:
+    """Rank 1's file of the save is truncated to half or has one bit flipped: what loading
+    does on this rank (refused, naming rank 1, its file and the remedy; or, under
+    ``reseed``, re-derived on every rank), and the warnings it gave."""
+    import warnings
+
+    path = os.path.join(directory, "rank0.ckpt")
+    files = os.path.join(directory, "rank0.ckpt.hwrng")
+    hwrng.manual_seed(47, _mesh(), sharded_dims=["tp"], platform="cpu")
+    expected = _save_on_rank_0(path, files)
+    if dist.get_rank() == 1:
+        (folder,) = os.listdir(files)
+        own = os.path.join(files, folder, "rank-1.pt")
+        with open(own, "rb") as file:
+            data = bytearray(file.read())
+        if damage == "truncated":
+            data = data[: len(data) // 2]
+        else:
+            data[len(data) // 3] ^= 0x10
+        with open(own, "wb") as file:
+            file.write(bytes(data))
+    dist.barrier()
+    _move_everything()
+    loaded = torch.load(path, weights_only=True)
+    state = hwrng.RNGState(directory=files, on_mismatch=on_mismatch, mesh=_mesh())  # type: ignore[arg-type]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = _outcome(lambda: state.load_state_dict(loaded), expected)
+    return outcome, [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]

@@ -102,10 +102,11 @@ def test_the_documented_file_events_are_those_of_a_save(zygote: Zygote, tmp_path
         nonces: list[str] = []
         for _, name in events:
             nonces += [n for n in re.findall("save-[0-9a-f]{16}", name) if n not in nonces]
-        names = dict(zip(nonces, ["save-<nonce>", "save-<earlier>"], strict=True))
-        described = [
-            f"{kind} {re.sub('save-[0-9a-f]{16}', lambda m: names[m[0]], name)}"
-            for kind, name in events
-        ]
+        described = []
+        for kind, name in events:
+            shown = name
+            for nonce, label in zip(nonces, ["save-<nonce>", "save-<earlier>"], strict=True):
+                shown = shown.replace(nonce, label)
+            described.append(f"{kind} {shown}")
         for line in described:
             assert f"rank {rank}: {line}" in text or f"every rank: {line}" in text, line

@@ -189,3 +189,25 @@ def test_when_one_rank_cannot_write_its_entry_every_rank_refuses_the_save(
 ) -> None:
     outcomes = pair.run(checks.one_rank_cannot_write, str(tmp_path_factory.mktemp("write")))
     assert all(o.startswith("rank 1 could not write its RNG entry:") for o in outcomes), outcomes
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_a_damaged_rank_file_is_refused_on_every_rank_naming_it_or_re_derived(
+    pair: DistributedPool, tmp_path_factory: pytest.TempPathFactory, damage: str
+) -> None:
+    outcomes = pair.run(
+        checks.damaged_rank_file, str(tmp_path_factory.mktemp(damage)), damage, "error"
+    )
+    why = "is truncated" if damage == "truncated" else "is corrupt: its checksum does not match"
+    refusal = outcomes[1][0]
+    assert refusal.startswith(
+        "refused unchanged: refusing to restore the RNG state: the RNG entry of rank 1 (file "
+    ), refusal
+    assert "rank-1.pt'" in refusal and why in refusal and "on_mismatch='reseed'" in refusal
+    assert outcomes[0][0].startswith("refused unchanged: rank 1 refused"), outcomes
+    reseeded = pair.run(
+        checks.damaged_rank_file, str(tmp_path_factory.mktemp(damage)), damage, "reseed"
+    )
+    for outcome, warned in reseeded:
+        assert outcome == "WRONG STREAMS", outcome  # re-derived: new streams, not the saved
+        assert len(warned) == 1 and "rank 1" in warned[0] and why in warned[0], warned

@@ -191,7 +191,7 @@ def _accelerator() -> Any:
 
 def _count_safetensors() -> None:
     """accelerate writes the model with safetensors, whose file no Python call opens."""
-    import accelerate.utils.other as other
+    from accelerate.utils import other
 
     write = other.safe_save_file
 
@@ -254,12 +254,11 @@ class _Stateless:
 
 def _titan(root: str) -> Any:
     from torchtitan.components.checkpointer.dcp import CheckpointManager
+    from torchtitan.config import DebugConfig
     from torchtitan.distributed.parallel_dims import ParallelDims
+    from torchtitan.distributed.utils import set_determinism
 
     from hwrng.integrations import torchtitan as hwrng_titan
-
-    from torchtitan.config import DebugConfig
-    from torchtitan.distributed.utils import set_determinism
 
     # with LOCAL_RANK set, DeviceMesh selects a CUDA device for torchtitan's "cuda" default
     os.environ.pop("LOCAL_RANK", None)

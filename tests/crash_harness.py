@@ -307,7 +307,10 @@ def _zygote_main(connection: Any, preload: Sequence[str]) -> None:
     for module in preload:
         importlib.import_module(module)
     while True:
-        message = connection.recv()
+        try:
+            message = connection.recv()
+        except EOFError:  # the test process went away
+            return
         if message is None:
             return
         connection.send(_run_job(*message))

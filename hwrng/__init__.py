@@ -10,6 +10,7 @@ Everything public is importable from here; the modules behind it are private
 :mod:`hwrng.invariant` (placement-invariant random ops), :mod:`hwrng.presets`
 (trainers' seeding formulas), :mod:`hwrng.hookspecs` (the plugin contract),
 :mod:`hwrng.testing` (a pool of real ``torch.distributed`` processes for tests),
+:mod:`hwrng.checkpoint` (the checkpoint family, also reached from here),
 :mod:`hwrng.integrations` (trainers) and the built-in CPU backend
 :mod:`hwrng.backends.cpu`. The accelerator backends and the conformance suite
 are distributions of their own (``hwrng-cuda``, ``hwrng-npu``,
@@ -20,9 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hwrng._checkpoint import load, load_state_dict, save, state_dict
 from hwrng._counters import CounterView, PhiloxCounter
-from hwrng._dcp import RNGState
 from hwrng._device_module import DeviceModule, DeviceModulePlatform
 from hwrng._exceptions import (
     AmbiguousBackendError,
@@ -66,16 +65,20 @@ from hwrng._states import RNGStatesTracker
 from hwrng._tracker import OffsetTracker
 from hwrng._version import __version__
 from hwrng._workers import WorkerInitFn, WorkerSeeds, worker_init_fn, worker_seeds
+from hwrng.checkpoint import RNGState, load, load_state_dict, save, state_dict
 from hwrng.hookspecs import hookimpl
 from hwrng.verify import StreamVerdict, VerifyReport, verify
 
 if TYPE_CHECKING:
-    from hwrng._dcp_planner import RNGLoadPlanner, RNGSavePlanner
+    from hwrng.checkpoint._planners import RNGLoadPlanner, RNGSavePlanner
 
 # Submodules reached as attributes: dtensor imports torch.distributed.tensor only when used.
 _LAZY_SUBMODULES = ("dtensor", "invariant", "presets", "testing")
 # Names whose module imports torch.distributed.checkpoint, loaded when first used.
-_LAZY_NAMES = {"RNGLoadPlanner": "hwrng._dcp_planner", "RNGSavePlanner": "hwrng._dcp_planner"}
+_LAZY_NAMES = {
+    "RNGLoadPlanner": "hwrng.checkpoint._planners",
+    "RNGSavePlanner": "hwrng.checkpoint._planners",
+}
 
 
 def __getattr__(name: str) -> object:

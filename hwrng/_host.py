@@ -159,10 +159,6 @@ def mersenne_offset(raw: bytes, seed: int) -> int | None:
     return offset if _raw_state(seed, offset) == raw else None
 
 
-# The old private name, still imported by ``_checkpoint`` until it reads ``mersenne_offset``.
-_decode = mersenne_offset
-
-
 def _digest(raw: bytes) -> bytes:
     return hashlib.blake2b(raw, digest_size=16, person=b"hwrng-drift").digest()
 

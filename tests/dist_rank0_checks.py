@@ -23,7 +23,7 @@ def _save_on_rank_0(path: str, files: str | None) -> tuple[Any, ...]:
     return expected
 
 
-def round_trip(directory: str) -> tuple[str, Any, list[str], list[str]]:
+def round_trip(directory: str) -> tuple[str, Any, list[str], dict[str, list[str]]]:
     """Save, move, load on every rank with check() then its restore: what happened here,
     and what rank 0's file and the per-rank directory hold."""
     path = os.path.join(directory, "rank0.ckpt")
@@ -44,7 +44,8 @@ def round_trip(directory: str) -> tuple[str, Any, list[str], list[str]]:
     outcome = f"check {'changed nothing' if unchanged else 'CHANGED'}; " + (
         "restored" if restored else "WRONG STREAMS"
     )
-    return outcome, expected[0], sorted(loaded), sorted(os.listdir(files))
+    sets = {name: sorted(os.listdir(os.path.join(files, name))) for name in os.listdir(files)}
+    return outcome, expected[0], sorted(loaded), sets
 
 
 def one_rank_refuses(directory: str, how: str) -> str:
@@ -92,3 +93,34 @@ def one_rank_cannot_write(directory: str) -> str:
     except hwrng.CheckpointError as error:
         return str(error)
     return "saved"
+
+
+def damaged_rank_file(directory: str, damage: str, on_mismatch: str) -> tuple[str, list[str]]:
+    """Rank 1's file of the save is truncated to half or has one bit flipped: what loading
+    does on this rank (refused, naming rank 1, its file and the remedy; or, under
+    ``reseed``, re-derived on every rank), and the warnings it gave."""
+    import warnings
+
+    path = os.path.join(directory, "rank0.ckpt")
+    files = os.path.join(directory, "rank0.ckpt.hwrng")
+    hwrng.manual_seed(47, _mesh(), sharded_dims=["tp"], platform="cpu")
+    expected = _save_on_rank_0(path, files)
+    if dist.get_rank() == 1:
+        (folder,) = os.listdir(files)
+        own = os.path.join(files, folder, "rank-1.pt")
+        with open(own, "rb") as file:
+            data = bytearray(file.read())
+        if damage == "truncated":
+            data = data[: len(data) // 2]
+        else:
+            data[len(data) // 3] ^= 0x10
+        with open(own, "wb") as file:
+            file.write(bytes(data))
+    dist.barrier()
+    _move_everything()
+    loaded = torch.load(path, weights_only=True)
+    state = hwrng.RNGState(directory=files, on_mismatch=on_mismatch, mesh=_mesh())  # type: ignore[arg-type]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = _outcome(lambda: state.load_state_dict(loaded), expected)
+    return outcome, [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]

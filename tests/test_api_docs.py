@@ -20,6 +20,7 @@ from hwrng._registry import Registry
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_MODULES = [
     "hwrng",
+    "hwrng.checkpoint",
     "hwrng.hookspecs",
     "hwrng.presets",
     "hwrng.dtensor",
@@ -60,6 +61,7 @@ def test_implementation_modules_are_private() -> None:
         "hwrng.testing",
         "hwrng.verify",  # hwrng.verify, the function, is its public face
         "hwrng.backends",
+        "hwrng.checkpoint",  # the checkpoint family, its names also exported by hwrng
         "hwrng.integrations",  # its trainer modules are imported only when asked for
     }
 

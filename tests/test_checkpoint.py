@@ -12,11 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sealed import opened
 
 import hwrng
-from hwrng._checkpoint import _digest
 from hwrng._mesh import MeshLayout
 from hwrng._seeding import record_seeding
+from hwrng.checkpoint._capture import document_digest as _digest
 
 
 def _everything(tracker: hwrng.RNGStatesTracker) -> tuple[Any, ...]:
@@ -149,11 +152,37 @@ def test_file_helpers_and_truncated_files(tracker: hwrng.RNGStatesTracker, tmp_p
     path.write_bytes(data[: len(data) // 2])
     torch.rand(3)
     before = _everything(tracker)
-    with pytest.raises(hwrng.CheckpointError, match="truncated or corrupt"):
+    with pytest.raises(hwrng.CheckpointError, match=r"rng-rank0\.pt' is truncated: it holds"):
+        hwrng.load(path)
+    path.write_bytes(data + b"\0")
+    with pytest.raises(hwrng.CheckpointError, match="is longer than written"):
+        hwrng.load(path)
+    path.write_bytes(data[8:])
+    with pytest.raises(hwrng.CheckpointError, match="not an RNG state sealed by this hwrng"):
         hwrng.load(path)
     with pytest.raises(hwrng.CheckpointError, match="cannot read"):
         hwrng.load(tmp_path / "missing.pt")
     assert _everything(tracker) == before
+
+
+@settings(max_examples=60, deadline=None)
+@given(where=st.floats(0, 1, exclude_max=True), bit=st.integers(0, 7))
+def test_a_flipped_bit_anywhere_in_a_saved_file_is_refused_and_changes_nothing(
+    tmp_path_factory: pytest.TempPathFactory, where: float, bit: int
+) -> None:
+    hwrng.manual_seed(5, platform="cpu")
+    path = tmp_path_factory.mktemp("flip") / "rank0.pt"
+    hwrng.save(path)
+    data = bytearray(path.read_bytes())
+    data[int(where * len(data))] ^= 1 << bit
+    path.write_bytes(bytes(data))
+    torch.rand(3)
+    with hwrng.isolate_rng(platform="cpu"):
+        before = torch.rand(4)
+    with pytest.raises(hwrng.CheckpointError, match=r"rank0\.pt"):
+        hwrng.load(path)
+    with hwrng.isolate_rng(platform="cpu"):
+        assert torch.equal(torch.rand(4), before)
 
 
 def test_reseed_is_explicit_and_warned(tracker: hwrng.RNGStatesTracker) -> None:
@@ -213,9 +242,9 @@ def test_rng_state_is_a_shared_key_and_one_of_its_own(tracker: hwrng.RNGStatesTr
     state = hwrng.RNGState()
     saved = state.state_dict()
     assert set(saved) == {"job", "rank_0"} and all(isinstance(v, bytes) for v in saved.values())
-    job = torch.load(io.BytesIO(saved["job"]), weights_only=True)
-    assert job["format"] == 2 and job["world_size"] == 1 and job["plan"]["seed"] == 11
-    own = torch.load(io.BytesIO(saved["rank_0"]), weights_only=True)
+    job = opened(saved["job"])
+    assert job["format"] == 3 and job["world_size"] == 1 and job["plan"]["seed"] == 11
+    own = opened(saved["rank_0"])
     assert own["nonce"] == job["nonce"] and own["state"]["written_by"]["rank"] == 0
     expected = _everything(tracker)
     torch.rand(4)
@@ -240,7 +269,7 @@ def test_an_entry_dcp_did_not_fill_is_refused(tracker: hwrng.RNGStatesTracker) -
     for unfilled in (template, {"job": None}, {"job": template["job"]}):
         with pytest.raises(hwrng.CheckpointError, match="DCP did not fill"):
             state.load_state_dict(unfilled)
-    with pytest.raises(hwrng.CheckpointError, match="truncated or corrupt"):
+    with pytest.raises(hwrng.CheckpointError, match="hwrng entry is truncated"):
         state.load_state_dict({"job": template["job"][:100]})
     with pytest.raises(hwrng.CheckpointError, match="not the bytes"):
         state.load_state_dict({"job": {"rank_0": template["job"]}})

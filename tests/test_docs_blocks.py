@@ -77,7 +77,7 @@ def _run(code: str, directory: Path) -> subprocess.CompletedProcess[str]:
 
 def test_the_pages_have_the_blocks_this_test_expects() -> None:
     assert len(BLOCKS) >= 5
-    assert sum(TORCHRUN.fullmatch(code.splitlines()[0]) is not None for code in BLOCKS) == 2
+    assert sum(TORCHRUN.fullmatch(code.splitlines()[0]) is not None for code in BLOCKS) == 3
     readme = [code for _, code in _blocks(ROOT / "README.md")]
     assert any("thirty_seconds.py" in code.splitlines()[0] for code in readme)
     home = [code for _, code in _blocks(ROOT / "docs" / "index.md")]

@@ -9,9 +9,9 @@ and a refusal changes nothing anywhere.
 
 from __future__ import annotations
 
-import io
 import os
 import random
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import pool_fixture
+from sealed import opened, sealed
 
 import hwrng
 from hwrng.testing import DistributedPool
@@ -52,14 +53,12 @@ def _written_by_rank_0(saved: dict[str, Any], path: Path) -> dict[str, Any]:
 
 def _job(saved: dict[str, Any]) -> dict[str, Any]:
     """The documented shared entry: format, world_size, nonce, plan, position."""
-    job: dict[str, Any] = torch.load(io.BytesIO(saved["job"]), weights_only=True)
+    job: dict[str, Any] = opened(saved["job"])
     return job
 
 
 def _with_job(saved: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    buffer = io.BytesIO()
-    torch.save({**_job(saved), **changes}, buffer)
-    return {**saved, "job": buffer.getvalue()}
+    return {**saved, "job": sealed({**_job(saved), **changes})}
 
 
 def _not_bytes(saved: dict[str, Any]) -> dict[str, Any]:
@@ -98,10 +97,10 @@ def _no_own_entry(saved: dict[str, Any]) -> dict[str, Any]:
     ("mutate", "message"),
     [
         (_not_bytes, "is list, not the bytes"),
-        (_truncated, "truncated or corrupt"),
+        (_truncated, "hwrng entry is truncated"),
         (_other_layout, "has layout 99"),
         (_two_ranks, r"written by 2 rank\(s\) \(here 1\)"),
-        (_corrupt_rank_state, "the RNG entry of rank 0 .* is not a readable"),
+        (_corrupt_rank_state, "the RNG entry of rank 0 .* is not an RNG state sealed"),
         (_no_entry, "holds no hwrng entry"),
         (_old_layout, "layout 1"),
         (_no_own_entry, r"holds no RNG state for rank 0 \(no key 'rank_0'\)"),
@@ -158,9 +157,11 @@ def test_two_ranks_each_get_their_own_streams_back(
     results = pair.run(checks.round_trip, str(tmp_path_factory.mktemp("rank0")))
     assert [outcome for outcome, _, _, _ in results] == ["check changed nothing; restored"] * 2
     assert results[0][1] != results[1][1]  # tp sharded: each rank its own streams
-    # rank 0's file holds only the shared entry; each rank's own is a file of its own
+    # rank 0's file holds only the shared entry; each rank's own is a file of its own, in the
+    # set of this save, named by its nonce
     assert results[0][2] == ["job"]
-    assert results[0][3] == ["rank-0.pt", "rank-1.pt"]
+    ((name, files),) = results[0][3].items()
+    assert re.fullmatch("save-[0-9a-f]{16}", name) and files == ["rank-0.pt", "rank-1.pt"]
 
 
 def test_without_a_directory_rank_1_finds_no_entry_and_every_rank_refuses(
@@ -188,3 +189,25 @@ def test_when_one_rank_cannot_write_its_entry_every_rank_refuses_the_save(
 ) -> None:
     outcomes = pair.run(checks.one_rank_cannot_write, str(tmp_path_factory.mktemp("write")))
     assert all(o.startswith("rank 1 could not write its RNG entry:") for o in outcomes), outcomes
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_a_damaged_rank_file_is_refused_on_every_rank_naming_it_or_re_derived(
+    pair: DistributedPool, tmp_path_factory: pytest.TempPathFactory, damage: str
+) -> None:
+    outcomes = pair.run(
+        checks.damaged_rank_file, str(tmp_path_factory.mktemp(damage)), damage, "error"
+    )
+    why = "is truncated" if damage == "truncated" else "is corrupt: its checksum does not match"
+    refusal = outcomes[1][0]
+    assert refusal.startswith(
+        "refused unchanged: refusing to restore the RNG state: the RNG entry of rank 1 (file "
+    ), refusal
+    assert "rank-1.pt'" in refusal and why in refusal and "on_mismatch='reseed'" in refusal
+    assert outcomes[0][0].startswith("refused unchanged: rank 1 refused"), outcomes
+    reseeded = pair.run(
+        checks.damaged_rank_file, str(tmp_path_factory.mktemp(damage)), damage, "reseed"
+    )
+    for outcome, warned in reseeded:
+        assert outcome == "WRONG STREAMS", outcome  # re-derived: new streams, not the saved
+        assert len(warned) == 1 and "rank 1" in warned[0] and why in warned[0], warned

@@ -185,3 +185,46 @@ def test_links_to_a_fifo_a_directory_or_a_loop_are_refused(tmp_path: Path) -> No
     assert os.readlink(tmp_path / "to-pipe") == "pipe" and stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert os.readlink(tmp_path / "to-dir") == "dir"
     assert os.readlink(tmp_path / "loop-a") == "loop-b"
+
+
+# -- replacing a regular file keeps its mode and owner; a new file follows the umask ----------
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o444, 0o604])
+def test_replacing_a_file_keeps_its_mode(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "rng.pt"
+    path.write_bytes(b"an earlier state")
+    os.chmod(path, mode)
+    hwrng.save(path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == mode
+    assert path.read_bytes() != b"an earlier state"
+
+
+def test_a_new_file_follows_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o027)
+    try:
+        hwrng.save(tmp_path / "rng.pt")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.stat(tmp_path / "rng.pt").st_mode) == 0o640
+
+
+def test_replacing_a_file_through_a_link_keeps_the_files_mode(tmp_path: Path) -> None:
+    path = tmp_path / "rng.pt"
+    path.write_bytes(b"an earlier state")
+    os.chmod(path, 0o600)
+    (tmp_path / "link").symlink_to(path)
+    hwrng.save(tmp_path / "link")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and (tmp_path / "link").is_symlink()
+
+
+def test_replacing_a_file_keeps_its_owner(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving a file another owner needs root")
+    path = tmp_path / "rng.pt"
+    path.write_bytes(b"an earlier state")
+    os.chown(path, 4321, 8765)
+    os.chmod(path, 0o600)
+    hwrng.save(path)
+    info = os.stat(path)
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (4321, 8765, 0o600)

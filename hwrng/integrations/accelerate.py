@@ -7,9 +7,11 @@ process (``random``, NumPy, torch CPU and the *current* CUDA device only);
 replicas of a tensor-parallel group cannot share a seed while shards differ.
 
 With hwrng each process writes its own entry beside accelerate's files, in the
-checkpoint folder's ``hwrng/rank-<r>.pt`` (accelerate's save and load pre-hooks
-give every process the folder), and the main process's ``custom_checkpoint``
-holds the small entry all share; ``total_limit`` removes them with the folder.
+checkpoint folder's ``hwrng/save-<nonce>/rank-<r>.pt``, a new set per save
+(accelerate's save and load pre-hooks give every process the folder), and the
+main process's ``custom_checkpoint`` holds the small entry all share, which
+names the set; the sets of earlier saves to the folder go once ``save_state``
+has returned on every process, and ``total_limit`` removes them with the folder.
 
 With hwrng::
 
@@ -30,11 +32,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from hwrng._checkpoint import OnMismatch
-from hwrng._dcp import RNGState
 from hwrng._exceptions import CheckpointError, HwrngWarning, InvalidValueError
 from hwrng._platform import Platform
 from hwrng._validation import check_flag
+from hwrng.checkpoint import OnMismatch, RNGState
 from hwrng.integrations._world import (
     MeshLike,
     check_world,
@@ -59,6 +60,21 @@ def _check_sampler(accelerator: Any) -> None:
             "otherwise shuffles with torch.initial_seed(), which hwrng makes different on each "
             "rank, so ranks would draw overlapping samples"
         )
+
+
+def _in_an_epoch(accelerator: Any) -> bool:
+    """Whether a prepared loader is being iterated and has a batch of this epoch left.
+
+    accelerate's loaders fetch a batch ahead; on an epoch's last batch the
+    fetch found none (``end_of_dataloader``), so nothing was drawn for a next.
+    """
+    mine = accelerator._dataloaders  # a loop of another accelerator, or one cut short, is not
+    iterating = [
+        loader
+        for loader in accelerator.gradient_state.dataloader_references
+        if loader is not None and any(loader is own for own in mine)
+    ]
+    return any(not getattr(loader, "end_of_dataloader", False) for loader in iterating)
 
 
 def prepare_rng(
@@ -100,15 +116,19 @@ def prepare_rng(
         workers, on resume) from the ranks' streams, so a resumed run is
         shifted by one batch (measured: 0 of 12 steps alike). Allow it when
         your loaders draw from no global stream: ``DataLoader(generator=...)``
-        of its own, and augmentation seeded per sample.
+        of its own, and augmentation seeded per sample. A save on the last
+        batch of an epoch (every loader being iterated has no batch left) is
+        an epoch end, and accepted.
 
     Returns
     -------
     RNGState
         The :class:`hwrng.RNGState` registered with
         ``accelerator.register_for_checkpointing``: ``save_state`` stores every
-        process's own entry in the checkpoint folder's ``hwrng/rank-<r>.pt``
-        and the shared one in ``custom_checkpoint_<n>.pkl``, and ``load_state``
+        process's own entry in a new set in the checkpoint folder's ``hwrng/``
+        and the shared one in ``custom_checkpoint_<n>.pkl`` (this accelerator's
+        ``save_state`` then removes the sets of earlier saves, once it has
+        returned on every process), and ``load_state``
         restores each process its own, after accelerate's own RNG files, or
         raises :class:`~hwrng.CheckpointError` on every process (when any one
         refuses) before any changes anything. A prepared loader with
@@ -137,11 +157,12 @@ def prepare_rng(
     def save_hook(models: Any, weights: Any, output_dir: str) -> None:
         del models, weights
         registered()
-        if accelerator.gradient_state.in_dataloader and not mid_epoch:
+        if _in_an_epoch(accelerator) and not mid_epoch:
             raise CheckpointError(
                 "prepare_rng: refusing save_state in the middle of an epoch: accelerate's "
                 "loader has already drawn the next batch from the ranks' streams, so a resumed "
-                "run would be shifted by one batch; save at the end of an epoch, or pass "
+                "run would be shifted by one batch; save at the end of an epoch (on its last "
+                "batch, or after the loop), or pass "
                 "prepare_rng(mid_epoch=True) when your loaders draw from no global stream"
             )
         state.directory = os.path.join(output_dir, "hwrng")
@@ -166,6 +187,14 @@ def prepare_rng(
             stacklevel=2,
         )
 
+    save_state = accelerator.save_state
+
+    def save_and_commit(*args: Any, **kwargs: Any) -> Any:
+        location = save_state(*args, **kwargs)
+        state.commit()  # every process is past its writes: the earlier sets can go
+        return location
+
+    accelerator.save_state = save_and_commit
     accelerator.register_save_state_pre_hook(save_hook)
     accelerator.register_load_state_pre_hook(load_hook)
     accelerator.register_for_checkpointing(state)

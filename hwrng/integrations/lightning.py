@@ -15,11 +15,14 @@ Fabric::
     fabric.launch()
     seed_fabric(1234)
     state = {"model": model, "optimizer": optimizer, "rng": fabric_rng_state(path)}
-    fabric.save(path, state)  # ... later, in fresh processes: load_fabric(fabric, path, state)
+    save_fabric(fabric, path, state)  # later, in fresh processes: load_fabric(fabric, path, state)
 
 Lightning writes its checkpoint from rank 0 alone; each rank's own RNG entry
-goes into a folder beside it, ``<checkpoint>.hwrng/rank-<r>.pt``, written by
-that rank (the checkpoint holds the small entry every rank shares).
+goes into a folder beside it, ``<checkpoint>.hwrng/save-<nonce>/rank-<r>.pt``,
+written by that rank, a new set per save (the checkpoint holds the small entry
+every rank shares, which names its set). The sets of earlier saves to the same
+path go only once the new checkpoint is written, so a save that fails or is
+cut short leaves the previous checkpoint whole.
 
 Requires ``pip install "hwrng[lightning]"``.
 """
@@ -35,10 +38,9 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.fabric.utilities.data import _set_sampler_epoch
 
-from hwrng._checkpoint import OnMismatch
-from hwrng._dcp import RNGState
 from hwrng._exceptions import HwrngWarning
 from hwrng._platform import Platform
+from hwrng.checkpoint import OnMismatch, RNGState
 from hwrng.integrations._world import (
     MeshLike,
     check_world,
@@ -46,7 +48,14 @@ from hwrng.integrations._world import (
     seed_world,
 )
 
-__all__ = ["HwrngCallback", "fabric_rng_state", "load_fabric", "rank_folder", "seed_fabric"]
+__all__ = [
+    "HwrngCallback",
+    "fabric_rng_state",
+    "load_fabric",
+    "rank_folder",
+    "save_fabric",
+    "seed_fabric",
+]
 
 
 def rank_folder(checkpoint: str | os.PathLike[str]) -> str:
@@ -65,9 +74,11 @@ class HwrngCallback(pl.Callback):
       :class:`~hwrng.VerificationError` naming offenders (``verify=False`` skips it).
     - checkpoints: every checkpoint ``Trainer.save_checkpoint`` writes (those of
       ``ModelCheckpoint``, ``OnExceptionCheckpoint``, yours) gets each rank's
-      own entry in ``<checkpoint>.hwrng/rank-<r>.pt``, written by that rank,
-      and the small entry all ranks share in the checkpoint itself; the folder
-      goes when ``ModelCheckpoint`` removes the checkpoint.
+      own entry in ``<checkpoint>.hwrng/save-<nonce>/rank-<r>.pt``, written by
+      that rank into a new set per save, and the small entry all ranks share
+      (naming the set) in the checkpoint itself; the sets of earlier saves to
+      the same path go once Lightning has written the new checkpoint, and the
+      folder goes when ``ModelCheckpoint`` removes the checkpoint.
       ``trainer.fit(ckpt_path=...)`` gives each rank its own streams back, bit
       for bit, or every rank refuses (another world size, backend, corrupt
       entry, a refusal on any one rank) before any rank changes anything.
@@ -151,7 +162,8 @@ class HwrngCallback(pl.Callback):
         def save_checkpoint(filepath: Any, *args: Any, **kwargs: Any) -> None:
             state.directory = rank_folder(filepath)
             try:
-                save(filepath, *args, **kwargs)
+                save(filepath, *args, **kwargs)  # its barrier: rank 0 has written the file
+                state.commit()  # only now go the sets of earlier saves to this path
             finally:
                 state.directory = None
 
@@ -296,13 +308,33 @@ def fabric_rng_state(
     """The :class:`hwrng.RNGState` of a Fabric checkpoint at ``path``.
 
     Fabric calls its ``state_dict`` on every rank and writes rank 0's dict:
-    each rank writes its own entry into :func:`rank_folder` of ``path``, and the
-    checkpoint holds the entry all ranks share. Give it the mesh
-    :func:`seed_fabric` returned, for ``on_mismatch="reseed"``.
+    each rank writes its own entry into a new set in :func:`rank_folder` of
+    ``path``, and the checkpoint holds the entry all ranks share. Save with
+    :func:`save_fabric` (or call the state's ``commit()`` on every rank after
+    ``fabric.save``), which removes the sets of earlier saves once the new
+    checkpoint is written. Give it the mesh :func:`seed_fabric` returned, for
+    ``on_mismatch="reseed"``.
     """
     return RNGState(
         on_mismatch=on_mismatch, mesh=mesh, platform=platform, directory=rank_folder(path)
     )
+
+
+def save_fabric(
+    fabric: Any, path: str | os.PathLike[str], state: dict[str, Any], **kwargs: Any
+) -> None:
+    """``fabric.save(path, state, **kwargs)``, then commit each ``RNGState`` of ``state``.
+
+    ``fabric.save`` writes rank 0's dict and waits for every rank; only then
+    does each :class:`hwrng.RNGState` in ``state`` remove the per-rank files of
+    earlier saves to ``path`` (:meth:`hwrng.RNGState.commit`), so a save that
+    fails or is cut short at any point leaves the previous checkpoint whole.
+    Call it on every rank, as ``fabric.save``.
+    """
+    fabric.save(path, state, **kwargs)
+    for value in state.values():
+        if isinstance(value, RNGState):
+            value.commit()
 
 
 def load_fabric(

@@ -32,12 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from torchtitan.components.checkpointer.base import DATALOADER, MODEL
 
-from hwrng._checkpoint import OnMismatch
-from hwrng._dcp import RNGState
-from hwrng._dcp_planner import RNGLoadPlanner
 from hwrng._exceptions import InvalidValueError
 from hwrng._platform import Platform
 from hwrng._seeding import manual_seed
+from hwrng.checkpoint import OnMismatch, RNGLoadPlanner, RNGState
 from hwrng.dtensor import install
 from hwrng.integrations._world import refuse_persistent_workers
 from hwrng.verify import verify as verify_streams

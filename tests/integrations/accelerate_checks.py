@@ -24,6 +24,7 @@ def _run(
     load: bool,
     on_mismatch: str = "error",
     save_mid_epoch: bool = False,
+    save_on_last_batch: bool = False,
 ) -> Any:
     # The pool's processes are the ranks; accelerate joins their process group.
     os.environ["LOCAL_RANK"] = os.environ["RANK"]
@@ -55,7 +56,7 @@ def _run(
     losses = []
     for epoch in range(first, epochs):
         loader.set_epoch(epoch)
-        for x, y in loader:
+        for step, (x, y) in enumerate(loader):
             loss = torch.nn.functional.mse_loss(net(x), y)
             accelerator.backward(loss)
             optimizer.step()
@@ -63,7 +64,10 @@ def _run(
             losses.append(loss.item())
             if save_mid_epoch:
                 accelerator.save_state(directory)
-        if epoch == save_after and not load:
+            last = step == len(loader) - 1
+            if save_on_last_batch and last and epoch == save_after and not load:
+                accelerator.save_state(directory)  # the usual "save every N steps" loop
+        if epoch == save_after and not load and not save_on_last_batch:
             accelerator.save_state(directory)
     accelerator.wait_for_everyone()
     accelerator.free_memory()
@@ -73,6 +77,11 @@ def _run(
 def train(directory: str, epochs: int, save_after: int, with_hwrng: bool) -> list[float]:
     """The uninterrupted run; ``save_state`` after epoch ``save_after``."""
     return _run(directory, epochs, with_hwrng, save_after, load=False)
+
+
+def train_saving_on_the_last_batch(directory: str, epochs: int, save_after: int) -> list[float]:
+    """The uninterrupted run, saving inside the loop on epoch ``save_after``'s last batch."""
+    return _run(directory, epochs, True, save_after, load=False, save_on_last_batch=True)
 
 
 def resume(directory: str, epochs: int, save_after: int, with_hwrng: bool) -> list[float]:

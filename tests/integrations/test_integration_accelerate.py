@@ -115,6 +115,19 @@ def test_a_save_in_the_middle_of_an_epoch_is_refused(
         assert outcome.endswith("written: []"), outcome  # accelerate made the folder, no more
 
 
+def test_a_save_on_the_last_batch_of_an_epoch_is_accepted_and_resumes_bit_for_bit(
+    tmp_path_factory: pytest.TempPathFactory,
+    trained: dict[bool, tuple[str, list[list[float]]]],
+    fresh: DistributedPool,
+) -> None:
+    """The loader has no batch of the epoch left: an epoch end, not the middle of one."""
+    directory = str(tmp_path_factory.mktemp("last-batch") / "state")
+    losses = fresh.run(checks.train_saving_on_the_last_batch, directory, EPOCHS, SAVE_AFTER)
+    assert losses == trained[True][1]  # saving on the last batch changes nothing it draws
+    resumed = fresh.run(checks.resume, directory, EPOCHS, SAVE_AFTER, True)
+    assert resumed == [per_rank[(SAVE_AFTER + 1) * STEPS :] for per_rank in losses]
+
+
 def test_a_folder_saved_without_prepare_rng_is_refused_or_starts_new_streams(
     trained: dict[bool, tuple[str, list[list[float]]]], fresh: DistributedPool
 ) -> None:

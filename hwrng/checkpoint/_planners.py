@@ -27,7 +27,8 @@ from typing import Any
 
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 
-from hwrng._dcp import JOB_KEY, OLD_LAYOUT_KEY, owner_of
+from hwrng.checkpoint._dcp import owner_of
+from hwrng.checkpoint._job import JOB_KEY, OLD_LAYOUT_KEY
 
 __all__ = ["RNGLoadPlanner", "RNGSavePlanner"]
 
@@ -55,10 +56,10 @@ class RNGLoadPlanner(DefaultLoadPlanner):
                 continue
             del self.state_dict[fqn]
             prefix, _, key = fqn.rpartition(".")
-            owner._missing.add(key)
+            owner.missing.add(key)
             old = f"{prefix}.{OLD_LAYOUT_KEY}" if prefix else OLD_LAYOUT_KEY
             if key == JOB_KEY and old in present:
-                owner._old_layout = True
+                owner.old_layout = True
         return super().create_local_plan()
 
 

@@ -1,0 +1,190 @@
+"""The save paths the kill matrix cuts without a trainer (importable by the forked ranks).
+
+Each path's ``*_save`` saves twice to the same place (the pattern of a
+trainer's ``last.ckpt``), counting the second save's file events, and returns
+each rank's draws after each save; ``*_resume`` resumes a fresh job as a user
+would and returns the draws that follow; ``*_present`` says, from the files
+alone, which save the checkpoint holds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from crash_harness import SavePath, arm, disarm
+
+import hwrng
+
+
+def _seed() -> None:
+    """Seed as the job does at every start: each rank its own streams."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
+    hwrng.manual_seed(1234, mesh, sharded_dims=["dp"], platform="cpu")
+
+
+def draws() -> list[Any]:
+    """What the next steps draw from every stream."""
+    return [torch.rand(4).tolist(), random.random(), float(np.random.rand())]
+
+
+def _rank0_writes_atomically(value: Any, path: str) -> None:
+    """The trainer's own file: rank 0 writes it beside and renames it over (as Lightning)."""
+    if dist.get_rank() == 0:
+        torch.save(value, path + ".tmp")
+        os.replace(path + ".tmp", path)
+    dist.barrier()
+
+
+# -- RNGState(directory=...) by hand: rank 0 writes the trainer's file -----------------------
+
+
+def by_hand_save(root: str) -> dict[int, Any]:
+    """Save twice to ``trainer.pt`` (and its per-rank folder), committing each."""
+    _seed()
+    torch.rand(3)
+    state = hwrng.RNGState(directory=os.path.join(root, "trainer.pt.hwrng"))
+    after: dict[int, Any] = {}
+    for step in (1, 2):
+        if step == 2:
+            arm()
+        saved = state.state_dict()
+        _rank0_writes_atomically({"rng": saved, "step": step}, os.path.join(root, "trainer.pt"))
+        state.commit()
+        disarm()
+        after[step] = draws()
+    return after
+
+
+def by_hand_resume(root: str) -> Any:
+    """Load ``trainer.pt`` on every rank and restore the streams."""
+    _seed()
+    loaded = torch.load(os.path.join(root, "trainer.pt"), weights_only=True)
+    hwrng.RNGState(directory=os.path.join(root, "trainer.pt.hwrng")).load_state_dict(loaded["rng"])
+    return draws()
+
+
+def by_hand_present(root: str) -> int | None:
+    """The step in ``trainer.pt``, if there is one."""
+    path = os.path.join(root, "trainer.pt")
+    if not os.path.exists(path):
+        return None
+    return int(torch.load(path, weights_only=True)["step"])
+
+
+BY_HAND = SavePath("`RNGState(directory=)` by hand", by_hand_save, by_hand_resume, by_hand_present)
+
+
+# -- DCP, each save to a new directory (as torchtitan's step folders) -----------------------
+
+
+def _dcp_state(step: int) -> dict[str, Any]:
+    return {"rng": hwrng.RNGState(), "step": torch.tensor([step])}
+
+
+def dcp_new_dir_save(root: str) -> dict[int, Any]:
+    """``dcp.save`` to ``step-1`` then ``step-2``."""
+    _seed()
+    torch.rand(3)
+    after: dict[int, Any] = {}
+    for step in (1, 2):
+        if step == 2:
+            arm()
+        dcp.save(_dcp_state(step), checkpoint_id=os.path.join(root, f"step-{step}"))
+        disarm()
+        after[step] = draws()
+    return after
+
+
+def dcp_new_dir_present(root: str) -> int | None:
+    """The latest ``step-<n>`` with DCP's ``.metadata`` (torchtitan's rule)."""
+    steps = [
+        int(name.split("-")[1])
+        for name in os.listdir(root)
+        if name.startswith("step-") and os.path.isfile(os.path.join(root, name, ".metadata"))
+    ]
+    return max(steps, default=None)
+
+
+def dcp_new_dir_resume(root: str) -> Any:
+    """Load the latest complete step folder."""
+    _seed()
+    step = dcp_new_dir_present(root)
+    if step is None:
+        raise FileNotFoundError(f"no complete checkpoint in {root}")
+    dcp.load(_dcp_state(0), checkpoint_id=os.path.join(root, f"step-{step}"))
+    return draws()
+
+
+DCP_NEW_DIR = SavePath(
+    "DCP, a new directory per save", dcp_new_dir_save, dcp_new_dir_resume, dcp_new_dir_present
+)
+
+
+# -- DCP saved over in place (not supported: DCP rewrites its files in place) ----------------
+
+
+def dcp_same_dir_save(root: str) -> dict[int, Any]:
+    """``dcp.save`` twice to ``ckpt``; rank 0 keeps the first save's ``.metadata`` aside."""
+    _seed()
+    torch.rand(3)
+    after: dict[int, Any] = {}
+    for step in (1, 2):
+        if step == 2:
+            arm()
+        dcp.save(_dcp_state(step), checkpoint_id=os.path.join(root, "ckpt"))
+        disarm()
+        if step == 1 and dist.get_rank() == 0:
+            shutil.copyfile(os.path.join(root, "ckpt", ".metadata"), root + ".metadata-1")
+        dist.barrier()
+        after[step] = draws()
+    return after
+
+
+def dcp_same_dir_present(root: str) -> int | None:
+    """Which save wrote the ``.metadata`` there (by its bytes), if any."""
+    path = os.path.join(root, "ckpt", ".metadata")
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as now, open(root + ".metadata-1", "rb") as first:
+        return 1 if now.read() == first.read() else 2
+
+
+def dcp_same_dir_resume(root: str) -> Any:
+    """Load ``ckpt``."""
+    _seed()
+    dcp.load(_dcp_state(0), checkpoint_id=os.path.join(root, "ckpt"))
+    return draws()
+
+
+DCP_SAME_DIR = SavePath(
+    "DCP, one directory saved over (not supported)",
+    dcp_same_dir_save,
+    dcp_same_dir_resume,
+    dcp_same_dir_present,
+    lost_by_trainer=True,
+)
+
+
+def by_hand_save_uncommitted(root: str) -> dict[int, Any]:
+    """:func:`by_hand_save` as code written before ``RNGState.commit`` existed: no commit."""
+    _seed()
+    torch.rand(3)
+    state = hwrng.RNGState(directory=os.path.join(root, "trainer.pt.hwrng"))
+    after: dict[int, Any] = {}
+    for step in (1, 2):
+        if step == 2:
+            arm()
+        saved = state.state_dict()
+        _rank0_writes_atomically({"rng": saved, "step": step}, os.path.join(root, "trainer.pt"))
+        disarm()
+        after[step] = draws()
+    return after

@@ -47,8 +47,8 @@ def _rank0_writes_atomically(value: Any, path: str) -> None:
 # -- RNGState(directory=...) by hand: rank 0 writes the trainer's file -----------------------
 
 
-def by_hand_save(root: str) -> dict[int, Any]:
-    """Save twice to ``trainer.pt`` (and its per-rank folder), committing each."""
+def by_hand_save(root: str, *, commit: bool = True) -> dict[int, Any]:
+    """Save twice to ``trainer.pt`` (and its per-rank folder), committing each (or not)."""
     _seed()
     torch.rand(3)
     state = hwrng.RNGState(directory=os.path.join(root, "trainer.pt.hwrng"))
@@ -58,7 +58,8 @@ def by_hand_save(root: str) -> dict[int, Any]:
             arm()
         saved = state.state_dict()
         _rank0_writes_atomically({"rng": saved, "step": step}, os.path.join(root, "trainer.pt"))
-        state.commit()
+        if commit:
+            state.commit()
         disarm()
         after[step] = draws()
     return after
@@ -176,15 +177,4 @@ DCP_SAME_DIR = SavePath(
 
 def by_hand_save_uncommitted(root: str) -> dict[int, Any]:
     """:func:`by_hand_save` as code written before ``RNGState.commit`` existed: no commit."""
-    _seed()
-    torch.rand(3)
-    state = hwrng.RNGState(directory=os.path.join(root, "trainer.pt.hwrng"))
-    after: dict[int, Any] = {}
-    for step in (1, 2):
-        if step == 2:
-            arm()
-        saved = state.state_dict()
-        _rank0_writes_atomically({"rng": saved, "step": step}, os.path.join(root, "trainer.pt"))
-        disarm()
-        after[step] = draws()
-    return after
+    return by_hand_save(root, commit=False)

@@ -36,12 +36,15 @@ import torch
 
 from hwrng import _philox
 from hwrng._exceptions import InvalidArgumentError, InvalidValueError, MeshError
+from hwrng._philox._contract import CONTRACT, CONTRACT_VERSION, record_draw
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
 from hwrng._sharding import ShardSpec, chunk_size
 from hwrng._tracker import OffsetTracker
 
 __all__ = [
+    "CONTRACT",
+    "CONTRACT_VERSION",
     "advance",
     "bernoulli_",
     "dropout",
@@ -156,7 +159,7 @@ def _fill(
     spec: ShardSpec,
     generator: torch.Generator | None,
     platform: Platform | str | None,
-    draw: Callable[[int, int, _philox.Indices], torch.Tensor],
+    draw: _philox.Draw,
     *,
     choose_seed: Callable[[int], int] | None = None,
 ) -> torch.Tensor:
@@ -164,7 +167,8 @@ def _fill(
 
     Everything is checked before the generator moves (the drawer checked its
     parameters when it was made); an error inside ``draw`` after that (none is
-    expected) would leave it advanced past the op.
+    expected) would leave it advanced past the op. A contiguous ``tensor``
+    receives the values directly, without a copy.
     """
     if not isinstance(spec, ShardSpec):
         raise InvalidArgumentError(f"needs a ShardSpec, got {type(spec).__name__}")
@@ -176,11 +180,13 @@ def _fill(
     _, vectors = _philox.check_dim_indices(_dim_indices(spec, tensor.device), spec.shape)
     index = _philox.ShardIndices(tuple(vectors), spec.shape)
     region = _position(spec, generator, platform, choose_seed)
-    with region:
+    record_draw()
+    with region, torch.no_grad():
         seed, position = region.position
-        values = draw(seed, position, index)
-    with torch.no_grad():
-        tensor.copy_(values)
+        if tensor.is_contiguous():
+            draw(seed, position, index, out=tensor)
+        else:
+            tensor.copy_(draw(seed, position, index))
     return tensor
 
 
@@ -277,7 +283,9 @@ def dropout(
 ) -> torch.Tensor:
     """Invariant dropout of the local shard ``input``: keep with probability ``1 - p``, scale.
 
-    Returns ``input * mask / (1 - p)``; gradients flow through the same mask.
+    Returns ``input * m``, where ``m`` is the invariant Bernoulli mask of
+    ``1 - p`` times ``1 / (1 - p)`` (as ``input``'s dtype holds it);
+    gradients flow through the same ``m``.
     """
     if not 0.0 <= p <= 1.0:
         raise InvalidValueError(f"dropout probability must lie in [0, 1], got {p}")
@@ -285,6 +293,7 @@ def dropout(
         return input
     keep = torch.empty(input.shape, dtype=input.dtype, device=input.device)
     bernoulli_(keep, spec, 1.0 - p, generator=generator, platform=platform)
-    if p == 1.0:
-        return input * keep
-    return input * (keep / (1.0 - p))
+    if p != 1.0:
+        # 1/(1 - p) on the host; torch rounds it to float32 (the op's arithmetic) once
+        keep.mul_(1.0 / (1.0 - p))
+    return input * keep

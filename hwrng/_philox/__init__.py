@@ -22,7 +22,13 @@ from __future__ import annotations
 from hwrng._philox._bits import block_words, philox4x32_10
 from hwrng._philox._choose import Draw, bernoulli_mask, drawer, normal, trunc_normal, uniform
 from hwrng._philox._contract import CONTRACT, CONTRACT_VERSION
-from hwrng._philox._index import Indices, ShardIndices, check_dim_indices, flat_index
+from hwrng._philox._index import (
+    Indices,
+    ShardIndices,
+    check_dim_indices,
+    flat_index,
+    index_shape,
+)
 from hwrng._philox._parameters import check_parameters
 
 __all__ = [
@@ -37,6 +43,7 @@ __all__ = [
     "check_parameters",
     "drawer",
     "flat_index",
+    "index_shape",
     "normal",
     "philox4x32_10",
     "trunc_normal",

@@ -45,7 +45,14 @@ __all__ = [
     "LN2_HI",
     "LN2_LO",
     "LN_G",
+    "NDTRI_A",
+    "NDTRI_B",
+    "NDTRI_C",
+    "NDTRI_D",
+    "NDTRI_E",
+    "NDTRI_F",
     "SIN_H",
+    "SQRT_SEED",
     "TailScale",
     "ln",
     "ndtri",
@@ -89,7 +96,7 @@ SIN_H = (
 )
 # Phi^-1: q * A(r) / B(r), r = 0.425**2 - q**2 for |q| = |p - 1/2| <= 0.425; else with
 # t = sqrt(-ln(min(p, 1 - p))): C(t - 1.6) / D(t - 1.6) for t <= 5, E(t - 5) / F(t - 5) above.
-_NDTRI_A = (
+NDTRI_A = (
     3.3871328727963665,
     133.14554890427803,
     1971.717356546649,
@@ -99,7 +106,7 @@ _NDTRI_A = (
     33440.16262159287,
     2509.9989939375805,
 )
-_NDTRI_B = (
+NDTRI_B = (
     1.0,
     42.314476512125445,
     687.2277704872092,
@@ -109,7 +116,7 @@ _NDTRI_B = (
     28736.594702464714,
     5228.233754805493,
 )
-_NDTRI_C = (
+NDTRI_C = (
     1.4234371107496837,
     4.633274563953665,
     5.778518835015485,
@@ -119,7 +126,7 @@ _NDTRI_C = (
     0.02285818038935912,
     0.0007790051602072133,
 )
-_NDTRI_D = (
+NDTRI_D = (
     1.0,
     2.0552547439858646,
     1.6802475421828094,
@@ -129,7 +136,7 @@ _NDTRI_D = (
     0.0005507473685143131,
     1.0510204509729457e-09,
 )
-_NDTRI_E = (
+NDTRI_E = (
     6.657904643501104,
     5.4622317025881095,
     1.7836607840930394,
@@ -139,7 +146,7 @@ _NDTRI_E = (
     2.7005342002070696e-05,
     1.998349617376758e-07,
 )
-_NDTRI_F = (
+NDTRI_F = (
     1.0,
     0.5995989186583931,
     0.1368063006821919,
@@ -235,7 +242,7 @@ def ndtri(p: torch.Tensor) -> torch.Tensor:
     """The inverse standard normal CDF of float64 ``p`` in ``[0, 1]`` (0 and 1 give -/+38.5)."""
     q = p - 0.5
     r = 0.180625 - q * q
-    central = _poly(_NDTRI_A, r).mul_(q).div_(_poly(_NDTRI_B, r))
+    central = _poly(NDTRI_A, r).mul_(q).div_(_poly(NDTRI_B, r))
     lower = q < 0
     tail_p = torch.where(lower, p, 1.0 - p).clamp_(min=math.ulp(0.0))
     t = sqrt(ln(tail_p).neg_())
@@ -243,8 +250,8 @@ def ndtri(p: torch.Tensor) -> torch.Tensor:
     far = t - 5.0
     tail = torch.where(
         t <= 5.0,
-        _poly(_NDTRI_C, near).div_(_poly(_NDTRI_D, near)),
-        _poly(_NDTRI_E, far).div_(_poly(_NDTRI_F, far)),
+        _poly(NDTRI_C, near).div_(_poly(NDTRI_D, near)),
+        _poly(NDTRI_E, far).div_(_poly(NDTRI_F, far)),
     )
     tail = torch.where(lower, -tail, tail)
     return torch.where(q.abs() <= 0.425, central, tail)

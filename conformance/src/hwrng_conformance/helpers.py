@@ -45,10 +45,10 @@ def refuse_float64() -> TorchDispatchMode:
     passed to ops are not tensors and pass; so do ops on every other dtype.
     It plays a device without float64 (Ascend's kernels, MPS) on any device.
     """
-    return _RefuseFloat64()
+    return _RefuseFloat64()  # type: ignore[no-untyped-call]
 
 
-class _RefuseFloat64(TorchDispatchMode):
+class _RefuseFloat64(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __torch_dispatch__(
         self,
         func: Any,

@@ -72,9 +72,15 @@ def words(seed: int, position: int, block: int) -> tuple[int, int, int, int]:
 # -- float32 helpers ------------------------------------------------------------------------
 
 
+def _f32(value: Any) -> np.float32:
+    """``value`` as a float32 scalar (the identity on one)."""
+    single: np.float32 = np.float32(value)
+    return single
+
+
 def _h(text: str) -> np.float32:
     """A float32 constant given exactly in hexadecimal."""
-    value = F(float.fromhex(text))
+    value = _f32(float.fromhex(text))
     assert float(value) == float.fromhex(text), text
     return value
 
@@ -84,7 +90,7 @@ def _f32_bits(x: np.float32) -> int:
 
 
 def _from_bits32(bits: int) -> np.float32:
-    return np.uint32(bits & M32).view(np.float32)
+    return _f32(np.uint32(bits & M32).view(np.float32))
 
 
 def _negate(x: np.float32) -> np.float32:
@@ -97,7 +103,7 @@ def _poly32(coefficients: Sequence[np.float32], x: np.float32) -> np.float32:
     for c in coefficients[-3::-1]:
         acc = acc * x
         acc = acc + c
-    return acc
+    return _f32(acc)
 
 
 _LN2_HI = _h("0x1.62ep-1")
@@ -142,18 +148,18 @@ def ln32(x: np.float32, shift: int = 0) -> np.float32:
     tail = _poly32(_LN_G, w) * w
     h = (f * f) * F(0.5)
     inner = ((h + tail) * s) + (e * _LN2_LO)
-    return (f - (h - inner)) + (e * _LN2_HI)
+    return _f32((f - (h - inner)) + (e * _LN2_HI))
 
 
 def sqrt32(v: np.float32) -> np.float32:
     """The contract's SQRT of float32 ``v >= 0``: three Newton steps from a bit-level guess."""
     bits = _f32_bits(v)
     if bits == 0:
-        return F(0.0)
+        return _f32(0.0)
     y = _from_bits32((bits >> 1) + 0x1FBB4F2D)
     for _ in range(3):
         y = ((v / y) + y) * F(0.5)
-    return y
+    return _f32(y)
 
 
 def sincos24(k: int) -> tuple[np.float32, np.float32]:
@@ -174,15 +180,15 @@ def sincos24(k: int) -> tuple[np.float32, np.float32]:
 
 def _central32(q: np.float32) -> np.float32:
     r = _R0 - (q * q)
-    return (q * _poly32(_CA, r)) / _poly32(_CB, r)
+    return _f32((q * _poly32(_CA, r)) / _poly32(_CB, r))
 
 
 def _tail32(t: np.float32) -> np.float32:
     if t <= F(5.0):
         d = t - F(1.625)
-        return _poly32(_NA, d) / _poly32(_NB, d)
+        return _f32(_poly32(_NA, d) / _poly32(_NB, d))
     d = t - F(5.0)
-    return _poly32(_FA, d) / _poly32(_FB, d)
+    return _f32(_poly32(_FA, d) / _poly32(_FB, d))
 
 
 # -- dtypes -----------------------------------------------------------------------------------
@@ -315,7 +321,7 @@ def tail_constants(alpha: float, beta: float) -> tuple[int, np.float32, np.float
 
         def constant(value: decimal.Decimal) -> np.float32:
             rounded = F(float(value))
-            return F(0.0) if float(rounded) < 2.0**-100 else rounded
+            return _f32(0.0) if float(rounded) < 2.0**-100 else F(rounded)
 
         scale = decimal.Decimal(2) ** shift
         upper = constant(1 - b_) if shift == 0 else F(0.0)
@@ -379,7 +385,7 @@ def ln64(x: float) -> float:
     tail = _poly64(_LN_G64, w) * w
     h = (f * f) * 0.5
     inner = ((h + tail) * s) + (e * _LN2_LO64)
-    return (f - (h - inner)) + (e * _LN2_HI64)
+    return float((f - (h - inner)) + (e * _LN2_HI64))
 
 
 def sqrt64(v: float) -> float:
@@ -389,7 +395,7 @@ def sqrt64(v: float) -> float:
     y = struct.unpack("<d", struct.pack("<q", (_bits64(v) >> 1) + 0x1FF769E1AE000000))[0]
     for _ in range(4):
         y = ((v / y) + y) * 0.5
-    return y
+    return float(y)
 
 
 def sincos53(k: int) -> tuple[float, float]:
@@ -446,15 +452,19 @@ def uniform(seed: int, position: int, e: int, dtype: str, *, low: float, high: f
     return narrow_bits(v, dtype)
 
 
+def _normal64(seed: int, position: int, e: int, mean: float, std: float) -> int:
+    w0, w1, w2, w3 = words(seed, position, e // 2)
+    u1 = float(_bits53(w0, w1) + 1) * 2.0**-53
+    radius = sqrt64(ln64(u1) * -2.0)
+    sin, cos = sincos53(_bits53(w2, w3))
+    z = (sin if e % 2 else cos) * radius
+    return _bits_of((z * std) + mean, "float64")
+
+
 def normal(seed: int, position: int, e: int, dtype: str, *, mean: float, std: float) -> int:
     """The bits of element ``e`` of ``normal(mean, std)`` in ``dtype``."""
     if dtype == "float64":
-        w0, w1, w2, w3 = words(seed, position, e // 2)
-        u1 = float(_bits53(w0, w1) + 1) * 2.0**-53
-        radius = sqrt64(ln64(u1) * -2.0)
-        sin, cos = sincos53(_bits53(w2, w3))
-        z = (sin if e % 2 else cos) * radius
-        return _bits_of((z * std) + mean, dtype)
+        return _normal64(seed, position, e, mean, std)
     w = words(seed, position, e // 4)
     j = (e % 4) // 2
     a, b = w[2 * j], w[2 * j + 1]
@@ -471,29 +481,38 @@ def bernoulli(seed: int, position: int, e: int, p: float) -> int:
     return int(words(seed, position, e // 4)[e % 4] < threshold)
 
 
-def trunc_normal(  # noqa: PLR0917 - the op's parameters
-    seed: int, position: int, e: int, dtype: str, mean: float, std: float, a: float, b: float
+def _trunc64(  # noqa: PLR0917 - the op's parameters
+    seed: int, position: int, e: int, mean: float, std: float, a: float, b: float
+) -> int:
+    alpha, beta = (a - mean) / std, (b - mean) / std
+    mirror = alpha + beta > 0
+    if mirror:
+        alpha, beta = -beta, -alpha
+    w = words(seed, position, e // 2)
+    k = (w[2 * (e % 2)] >> 6) * 2**26 + (w[2 * (e % 2) + 1] >> 6)
+    u = float(2 * k + 1) * 2.0**-53
+    alpha, beta = max(-40.0, min(40.0, alpha)), max(-40.0, min(40.0, beta))
+    with decimal.localcontext() as ctx:
+        ctx.prec = 60 + math.ceil(0.22 * max(alpha * alpha, beta * beta))
+        pa, pb = _phi(alpha), _phi(beta)
+        base, width = float(pa), float(pb - pa)
+    x = ndtri64((u * width) + base)
+    if mirror:
+        x = -x
+    return _bits_of(min(max((x * std) + mean, a), b), "float64")
+
+
+def trunc_normal(
+    seed: int, position: int, e: int, dtype: str, *, mean: float, std: float, a: float, b: float
 ) -> int:
     """The bits of element ``e`` of ``trunc_normal(mean, std, a, b)`` in ``dtype``."""
+    if dtype == "float64":
+        return _trunc64(seed, position, e, mean, std, a, b)
     lo, hi = dtype_values_within(a, b, dtype, open_high=False)
     alpha, beta = (a - mean) / std, (b - mean) / std
     mirror = alpha + beta > 0
     if mirror:
         alpha, beta = -beta, -alpha
-    if dtype == "float64":
-        w = words(seed, position, e // 2)
-        k = (w[2 * (e % 2)] >> 6) * 2**26 + (w[2 * (e % 2) + 1] >> 6)
-        u = float(2 * k + 1) * 2.0**-53
-        with decimal.localcontext() as ctx:
-            ctx.prec = 60 + math.ceil(0.22 * min(1600.0, max(alpha * alpha, beta * beta)))
-            ca, cb = max(-40.0, min(40.0, alpha)), max(-40.0, min(40.0, beta))
-            pa, pb = _phi(ca), _phi(cb)
-            base, width = float(pa), float(pb - pa)
-        x = ndtri64((u * width) + base)
-        if mirror:
-            x = -x
-        v = min(max((x * std) + mean, a), b)
-        return _bits_of(min(max(v, lo), hi), dtype)
     shift, p0, d, upper = tail_constants(alpha, beta)
     word = words(seed, position, e // 4)[e % 4]
     u = F(2 * word + 1) * F(2.0**-33)
@@ -508,8 +527,7 @@ def trunc_normal(  # noqa: PLR0917 - the op's parameters
             x = _negate(_tail32(sqrt32(_negate(ln32(p)))))
         else:
             complement = F(2 * (M32 - word) + 1) * F(2.0**-33)
-            pc = (complement * d) + upper
-            x = _tail32(sqrt32(_negate(ln32(pc))))
+            x = _tail32(sqrt32(_negate(ln32((complement * d) + upper))))
     if mirror:
         x = _negate(x)
     v = (x * F(std)) + F(mean)

@@ -14,7 +14,8 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-from hwrng._counters import CounterView, PhiloxCounter
+from hwrng._counters import CounterView
+from hwrng._device_counter import DeviceCounter
 from hwrng._exceptions import BackendUnavailableError
 from hwrng._platform import DeviceLike, Platform
 from hwrng._validation import check_seed
@@ -59,7 +60,10 @@ class DeviceModulePlatform(Platform):
     PrivateUse1 module such as ``torch.npu``) to provide ``is_available``,
     ``device_count``, ``current_device``, ``manual_seed(_all)`` and
     ``get/set_rng_state``, and most expose ``default_generators``. This base
-    builds a whole :class:`Platform` on that, with a :class:`PhiloxCounter`.
+    builds a whole :class:`Platform` on that, with a :class:`PhiloxCounter`
+    for generators with offsets, and the emulated :class:`MersenneCounter` for
+    those without (a generator derived from the CPU's, as PyTorch's reference
+    PrivateUse1 backend OpenReg has).
     A backend sets :attr:`name`, :attr:`dist_backend` and, when the device type
     comes from an extension, :attr:`extension_module`::
 
@@ -84,13 +88,13 @@ class DeviceModulePlatform(Platform):
     install_hint: ClassVar[str] = ""
 
     def __init__(self) -> None:
-        self._counter: CounterView = PhiloxCounter(self.stream_capturing)
+        self._counter: CounterView = DeviceCounter(self.stream_capturing)
         self._module: DeviceModule | None = None
         self._generators: tuple[torch.Generator, ...] | None = None
 
     @property
     def counter(self) -> CounterView:
-        """The Philox counter view (the generator's own offset API)."""
+        """The generators' counter view: their offset API, or an emulated one without it."""
         return self._counter
 
     def import_blocker(self) -> str | None:

@@ -14,7 +14,8 @@ and replaces only a regular file.
 
 What is saved, per rank (format 3)::
 
-    format, written_by {hwrng, backend, device_count, rank, world_size, mesh, sharded_dims}
+    format, written_by {hwrng, backend, device_count, rank, world_size, mesh, sharded_dims,
+                invariant (the invariant ops' contract, if the job drew any; another refused)}
     python      random.getstate()           numpy  the legacy global generator
     torch_cpu   the host generator's state  host_reading  what makes it read as it does
     devices     every device of the platform (not only the current one)
@@ -54,6 +55,8 @@ from hwrng._counters import U64
 from hwrng._exceptions import CheckpointError, HwrngError, HwrngWarning
 from hwrng._host import HOST_COUNTER, _decode, host_generator
 from hwrng._mesh import MeshLayout
+from hwrng._philox._contract import check_recorded as check_invariant_contract
+from hwrng._philox._contract import recorded as invariant_contract
 from hwrng._plan import Seeding, generation_seed, plan_for_mesh
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
@@ -129,6 +132,7 @@ def _written_by(platform: Platform, seeding: Seeding | None) -> dict[str, Any]:
         "world_size": world_size,
         "mesh": None if layout is None else layout.to_dict(),
         "sharded_dims": None if seeding is None else list(seeding.sharded_dims),
+        "invariant": invariant_contract(),
     }
 
 
@@ -589,6 +593,7 @@ def _verdict(
     """Everything checked: what loading ``document`` here would do, or a CheckpointError."""
     checked = _check_header(document)
     written = _require(checked, "written_by", Mapping)
+    check_invariant_contract(written.get("invariant"))
     current = current_seeding()
     here = _written_by(platform, current)
     if mesh is not None:

@@ -23,7 +23,17 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["CONTRACT", "CONTRACT_VERSION", "contract_name", "drawn", "record_draw"]
+from hwrng._exceptions import CheckpointError
+
+__all__ = [
+    "CONTRACT",
+    "CONTRACT_VERSION",
+    "check_recorded",
+    "contract_name",
+    "drawn",
+    "record_draw",
+    "recorded",
+]
 
 #: The version of the contract this hwrng computes.
 CONTRACT_VERSION = 2
@@ -51,3 +61,29 @@ def record_draw() -> None:
 def drawn() -> bool:
     """Whether this process has drawn invariant values, or installed invariant DTensor ops."""
     return _drawn
+
+
+def recorded() -> str | None:
+    """What a checkpoint records: :data:`CONTRACT` if this process drew under it, else ``None``."""
+    return CONTRACT if drawn() else None
+
+
+def check_recorded(value: object) -> None:
+    """Refuse a checkpoint whose job drew invariant values under another contract.
+
+    ``value`` is what the checkpoint recorded (``None``: no invariant values
+    drawn, or a checkpoint older than the record). Resumed under another
+    contract, the invariant ops would draw other numbers than the saved job
+    would have: refused with :class:`~hwrng.CheckpointError`. Accepting one
+    under :data:`CONTRACT` notes that this process continues that stream.
+    """
+    if value is None:
+        return
+    if value != CONTRACT:
+        raise CheckpointError(
+            f"refusing to restore this RNG state: its job drew placement-invariant values "
+            f"under contract {value!r}, and this hwrng computes {CONTRACT!r}: resumed, the "
+            "invariant ops would draw other numbers than the saved job would have (resume "
+            "with the hwrng that wrote it, or start the invariant ops' stream afresh)"
+        )
+    record_draw()

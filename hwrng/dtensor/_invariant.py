@@ -15,7 +15,8 @@ multiplication), ``rand_like``/``randn_like``, ``torch.distributed.tensor.rand``
 uniform, normal, kaiming and xavier functions are built on the first two.
 Everything else keeps the ordinary tracked behaviour. Compiled code and
 LocalTensorMode are refused in this mode (with an error), not served other
-numbers.
+numbers. Checkpoints of a process in this mode record the contract
+(:data:`hwrng.invariant.CONTRACT`) and refuse to resume under another.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 from hwrng import _philox, invariant
 from hwrng._exceptions import DTensorHookError
+from hwrng._philox._contract import record_draw
 from hwrng.dtensor._hooks import restore_op_handlers, set_op_handlers
 from hwrng.dtensor._local_ranks import local_tensor_mode
 
@@ -53,7 +55,7 @@ def _fill_local(
     target: Any,
     local: torch.Tensor,
     generator: torch.Generator | None,
-    draw: Callable[[int, int, _philox.Indices], torch.Tensor],
+    draw: _philox.Draw,
 ) -> torch.Tensor:
     from hwrng.dtensor._tracker import _shard_spec
 
@@ -221,6 +223,7 @@ class InvariantPatches:
         import torch.distributed.tensor as dtensor_module
         from torch.distributed.tensor import _api
 
+        record_draw()  # checkpoints of this process record the contract its values follow
         self._handlers.update(set_op_handlers(_kinds(), _handler))
         rand, randn = _dtensor_random("rand"), _dtensor_random("randn")
         swaps = [

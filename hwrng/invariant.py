@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from hwrng import _philox
-from hwrng._exceptions import InvalidArgumentError, InvalidValueError, MeshError
+from hwrng._exceptions import InvalidArgumentError, InvalidValueError, MeshError, NestingError
 from hwrng._philox._contract import CONTRACT, CONTRACT_VERSION, record_draw
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
@@ -135,8 +135,19 @@ def _position(
     platform: Platform | str | None,
     choose_seed: Callable[[int], int] | None,
 ) -> Any:
-    """A region of ``end_increment`` from the generator's position; it yields the draw position."""
+    """A region of ``end_increment`` from the generator's position; it yields the draw position.
+
+    Refused while the platform's stream is captured into a graph: the position
+    is read on the host and becomes part of the launch, so every replay would
+    draw the same numbers.
+    """
     tracker = OffsetTracker(resolve_platform(platform))
+    if tracker.platform.stream_capturing():
+        raise NestingError(
+            "hwrng's invariant ops cannot be captured into a graph: their position is read on "
+            "the host when the op is issued, so every replay would draw the same numbers; run "
+            "them outside the captured region"
+        )
     if generator is not None:
         tracker.platform.check_generator(generator)
     return tracker.positioned_by(

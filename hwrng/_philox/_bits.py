@@ -58,7 +58,8 @@ class Rounds:
     """Philox4x32-10 under one key on batches of counters, in as few tensor ops as it takes.
 
     The state of a batch of ``n`` blocks is one int64 tensor of shape ``(4, n)``
-    whose rows are the four words, each in the low 32 bits of its int64; the
+    whose rows are the four words, even words first (``x0, x2, x1, x3``: both
+    halves of a round's work are contiguous), each in the low 32 bits of its int64; the
     high 32 bits are garbage, masked only before a product (and by whoever
     reads the words), which saves a pass per word per round. A round is six
     tensor ops on ``(2, n)`` tensors: the mask of ``(x0, x2)``, their products
@@ -82,6 +83,7 @@ class Rounds:
             torch.tensor([[a], [b]], dtype=torch.int64, device=device) for a, b in self.keys
         ]
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._counting: torch.Tensor | None = None
 
     def buffers(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A ``(4, n)`` state and a ``(2, n)`` work buffer, reused from batch to batch.
@@ -97,13 +99,20 @@ class Rounds:
             )
         return self._buffers
 
+    def block_range(self, start: int, stop: int) -> torch.Tensor:
+        """The blocks ``start, ..., stop - 1`` as an int64 tensor (one addition, not ``arange``)."""
+        count = stop - start
+        if self._counting is None or self._counting.numel() < count:
+            self._counting = torch.arange(count, dtype=torch.int64, device=self.device)
+        return self._counting[:count] + start
+
     def run(self, state: torch.Tensor, work: torch.Tensor, first: int = 0) -> torch.Tensor:
         """Rounds ``first`` to 9 on the words ``state`` (modified); returns ``state``.
 
         ``work`` is a ``(2, n)`` int64 buffer. The high halves of the result are
         garbage.
         """
-        even, odd, products = state[0::2], state[1::2], work
+        even, odd, products = state[:2], state[2:], work
         for r in range(first, _ROUNDS):
             even.bitwise_and_(_MASK32)
             torch.mul(even[0], _M0, out=products[1])
@@ -112,7 +121,7 @@ class Rounds:
             even.bitwise_xor_(odd).bitwise_xor_(self._keys[r])
             odd, products = products, odd
         if (_ROUNDS - first) % 2:
-            state[1::2] = odd
+            state[2:] = odd
         return state
 
     def layout(self, block: torch.Tensor, c1: int | None, c2: int, c3: int) -> torch.Tensor:
@@ -128,20 +137,21 @@ class Rounds:
         (k0, k1), (j0, j1) = self.keys[0], self.keys[1]
         q1 = c2 * _M1
         # round 1: x0 is the block's low word, x2 and x3 constants (x1 too, for small blocks)
+        x0, x2, x1, x3 = state  # the rows, even words first
         low = block if c1 is not None else block & _MASK32
-        torch.mul(low, _M0, out=state[3])  # x3 = lo(x0 * M0), dirty
-        torch.bitwise_right_shift(state[3], 32, out=state[2]).bitwise_xor_(c3 ^ k1)
+        torch.mul(low, _M0, out=x3)  # x3 = lo(x0 * M0), dirty
+        torch.bitwise_right_shift(x3, 32, out=x2).bitwise_xor_(c3 ^ k1)
         if c1 is None:
-            torch.bitwise_right_shift(block, 32, out=state[0]).bitwise_xor_((q1 >> 32) ^ k0)
-            state[1].fill_(q1 & _MASK32)
+            torch.bitwise_right_shift(block, 32, out=x0).bitwise_xor_((q1 >> 32) ^ k0)
+            x1.fill_(q1 & _MASK32)
             return self.run(state, work, first=1)
-        x0, x1 = ((q1 >> 32) ^ c1 ^ k0) & _MASK32, q1 & _MASK32
+        y0, y1 = ((q1 >> 32) ^ c1 ^ k0) & _MASK32, q1 & _MASK32
         # round 2: x0 and x1 constant, x2 and x3 tensors
-        q0 = x0 * _M0
-        torch.mul(state[2].bitwise_and_(_MASK32), _M1, out=state[1])  # x1 = lo(x2 * M1)
-        torch.bitwise_right_shift(state[1], 32, out=state[0]).bitwise_xor_(x1 ^ j0)
-        torch.bitwise_xor(state[3], (q0 >> 32) ^ j1, out=state[2])
-        state[3].fill_(q0 & _MASK32)
+        q0 = y0 * _M0
+        torch.mul(x2.bitwise_and_(_MASK32), _M1, out=x1)  # x1 = lo(x2 * M1)
+        torch.bitwise_right_shift(x1, 32, out=x0).bitwise_xor_(y1 ^ j0)
+        torch.bitwise_xor(x3, (q0 >> 32) ^ j1, out=x2)
+        x3.fill_(q0 & _MASK32)
         return self.run(state, work, first=2)
 
 
@@ -186,10 +196,11 @@ def philox4x32_10(  # noqa: PLR0917 - the paper's four counter words and two key
         counter.append(word.to(torch.int64))
     shape = _broadcast_shape([w.shape for w in counter])
     device = counter[0].device
-    state = torch.stack([w.expand(shape).reshape(-1) for w in counter])
+    state = torch.stack([counter[i].expand(shape).reshape(-1) for i in (0, 2, 1, 3)])
     work = torch.empty((2, state.shape[1]), dtype=torch.int64, device=device)
-    words = Rounds(k0, k1, device).run(state, work).bitwise_and_(_MASK32)
-    w0, w1, w2, w3 = (row.reshape(shape) for row in words)
+    w0, w2, w1, w3 = (
+        row.reshape(shape) for row in Rounds(k0, k1, device).run(state, work).bitwise_and_(_MASK32)
+    )
     return w0, w1, w2, w3
 
 
@@ -213,8 +224,9 @@ def layout_words(
     rounds: Rounds | None = None,
     largest: int | None = None,
 ) -> torch.Tensor:
-    """The ``(4, n)`` words of the 1-D blocks ``block`` in the counter layout, checked arguments.
+    """The words of the 1-D blocks ``block`` in the counter layout, for checked arguments.
 
+    Rows ``w0, w2, w1, w3`` (even words first) of a ``(4, n)`` int64 tensor.
     The high 32 bits of each int64 are garbage: mask the words before reading
     them (``& 0xFFFFFFFF``), or read only the bits you need. ``rounds`` (made
     for ``seed`` on ``block``'s device) saves remaking the round constants
@@ -253,5 +265,5 @@ def block_words(seed: int, position: int, block: torch.Tensor) -> Words:
     if block.numel() and int(block.min()) < 0:
         raise InvalidValueError("block indices must be >= 0")
     words = layout_words(seed, position, block.reshape(-1)).bitwise_and_(_MASK32)
-    w0, w1, w2, w3 = (row.reshape(block.shape) for row in words)
+    w0, w2, w1, w3 = (row.reshape(block.shape) for row in words)
     return w0, w1, w2, w3

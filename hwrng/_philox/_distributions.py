@@ -56,8 +56,9 @@ from hwrng._philox._parameters import (
 
 __all__ = ["bernoulli_mask", "normal", "trunc_normal", "uniform"]
 
-#: maps a batch's ``(4, n)`` words (high halves garbage) to its values, ``(n, per_block)``
-_Table = Callable[[torch.Tensor], torch.Tensor]
+#: writes the values of a batch of ``n`` blocks, from their ``(4, n)`` words (high halves
+#: garbage, free to overwrite), into ``dest`` of shape ``(n, per_block)``
+_Table = Callable[[torch.Tensor, torch.Tensor], None]
 _F32 = torch.float32
 
 # Blocks per batch. On the CPU a batch's temporaries stay in the last-level cache (2-4x
@@ -106,14 +107,17 @@ def _run_values(
         e = first + start
         stop = min(count, (e // batch + 1) * batch - first)
         low, high = e >> shift, (first + stop - 1) >> shift
-        blocks = torch.arange(low, high + 1, dtype=torch.int64, device=out.device)
-        values = table(layout_words(seed, position, blocks, rounds=rounds, largest=high))
+        words = layout_words(
+            seed, position, rounds.block_range(low, high + 1), rounds=rounds, largest=high
+        )
         offset = e - (low << shift)
         target = out[start:stop]
-        if offset == 0 and target.numel() == values.numel():
-            target.view(-1, per_block).copy_(values)
-        else:
-            target.copy_(values.reshape(-1)[offset : offset + target.numel()])
+        if offset == 0 and target.numel() == (high + 1 - low) << shift:
+            table(words, target.view(-1, per_block))
+        else:  # a batch that starts or ends inside a block
+            values = torch.empty((high + 1 - low, per_block), dtype=out.dtype, device=out.device)
+            table(words, values)
+            target.copy_(values.view(-1)[offset : offset + target.numel()])
         start = stop
 
 
@@ -127,8 +131,9 @@ def _scattered_values(
     if int(low) < 0:
         raise InvalidValueError("global indices must be >= 0")
     words = layout_words(seed, position, blocks, largest=int(high))
-    values = table(words).reshape(-1)
-    out.copy_(values.take((where << shift).add_(e & (per_block - 1))))
+    values = torch.empty((blocks.numel(), per_block), dtype=out.dtype, device=out.device)
+    table(words, values)
+    out.copy_(values.view(-1).take((where << shift).add_(e & (per_block - 1))))
 
 
 def _draw(
@@ -207,9 +212,38 @@ def checked_indices(index: Indices) -> Indices:
 
 
 def _words(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The four rows of a batch's words, each masked to its 32 bits."""
-    w0, w1, w2, w3 = words.bitwise_and_(MASK32)
+    """A batch's words ``w0, w1, w2, w3`` (its rows are ``w0, w2, w1, w3``), masked to 32 bits."""
+    w0, w2, w1, w3 = words.bitwise_and_(MASK32)
     return w0, w1, w2, w3
+
+
+def _to_lanes(rows: torch.Tensor, dest: torch.Tensor) -> None:
+    """Per-word values, in the words' row order ``w0, w2, w1, w3``, into ``dest`` ``(n, 4)``.
+
+    Element ``4 b + j`` takes word ``j`` of block ``b``: the even words' rows
+    go to lanes 0 and 2, the odd words' to lanes 1 and 3 (each a strided write,
+    several times faster than one transposed copy on the CPU).
+    """
+    dest[:, 0::2].copy_(rows[:2].t())
+    dest[:, 1::2].copy_(rows[2:].t())
+
+
+def _single(dest: torch.Tensor) -> torch.Tensor:
+    """Where a table computes float32 values for ``dest``: ``dest`` itself, or a float32 buffer."""
+    if dest.dtype == _F32:
+        return dest
+    return torch.empty(dest.shape, dtype=_F32, device=dest.device)
+
+
+def _finish(single: torch.Tensor, dest: torch.Tensor) -> None:
+    """Round the float32 values of :func:`_single` into ``dest`` (nothing to do if it is ``dest``)."""
+    if single is not dest:
+        dest.copy_(single)
+
+
+def _store_rows(rows: torch.Tensor, dest: torch.Tensor) -> None:
+    """``(per_block, n)`` rows of values into ``dest``, ``(n, per_block)``."""
+    dest.copy_(rows.t())
 
 
 def _bits53(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -269,13 +303,13 @@ def uniform(
 
     if dtype == torch.float64:
 
-        def table(words: torch.Tensor) -> torch.Tensor:
+        def table(words: torch.Tensor, dest: torch.Tensor) -> None:
             w0, w1, w2, w3 = _words(words)
-            u = torch.stack((_bits53(w0, w1), _bits53(w2, w3)), 1).to(torch.float64)
+            u = torch.stack((_bits53(w0, w1), _bits53(w2, w3))).to(torch.float64)
             u.mul_(2.0**-53)
-            if unit:
-                return u
-            return u.mul_(width).add_(low).clamp_(max=hi)
+            if not unit:
+                u.mul_(width).add_(low).clamp_(max=hi)
+            _store_rows(u, dest)
 
         return _draw(seed, position, index, 2, dtype=dtype, table=table, out=out)
 
@@ -286,15 +320,18 @@ def uniform(
     scale, offset = m32.f32(width), m32.f32(low)
     folded = scale >= 2.0**-94
 
-    def table32(words: torch.Tensor) -> torch.Tensor:
-        u = words.bitwise_and_(top).to(_F32)
+    def table32(words: torch.Tensor, dest: torch.Tensor) -> None:
+        u = _single(dest)
+        _to_lanes(words.bitwise_and_(top), u)  # exact: at most 24 significant bits
         if unit:
-            return u.mul_(2.0**-32).t()
-        if folded:
-            u.mul_(scale * 2.0**-32)
+            u.mul_(2.0**-32)
         else:
-            u.mul_(2.0**-32).mul_(scale)
-        return u.add_(offset).clamp_(lo, hi).t()
+            if folded:
+                u.mul_(scale * 2.0**-32)
+            else:
+                u.mul_(2.0**-32).mul_(scale)
+            u.add_(offset).clamp_(lo, hi)
+        _finish(u, dest)
 
     return _draw(seed, position, index, 4, dtype=dtype, table=table32, out=out)
 
@@ -340,26 +377,28 @@ def normal(
 
     if dtype == torch.float64:
 
-        def table(words: torch.Tensor) -> torch.Tensor:
+        def table(words: torch.Tensor, dest: torch.Tensor) -> None:
             w0, w1, w2, w3 = _words(words)
             u1 = _bits53(w0, w1).add_(1).to(torch.float64).mul_(2.0**-53)
             radius = sqrt(ln(u1, subnormal=False).mul_(-2.0))
             sin, cos = sincos_turns(_bits53(w2, w3), 53)
-            return torch.stack((cos, sin), 1).mul_(radius.unsqueeze(1)).mul_(std).add_(mean)
+            _store_rows(torch.stack((cos, sin)).mul_(radius).mul_(std).add_(mean), dest)
 
         return _draw(seed, position, index, 2, dtype=dtype, table=table, out=out)
 
     scale, offset = m32.f32(std), m32.f32(mean)
 
-    def table32(words: torch.Tensor) -> torch.Tensor:
-        # pairs (w0, w1) and (w2, w3): u1 from the even words, the angle from the odd ones
-        u1 = (words[0::2] & MASK32).add_(1).to(_F32).mul_(2.0**-32)
+    def table32(words: torch.Tensor, dest: torch.Tensor) -> None:
+        # pairs (w0, w1) and (w2, w3): u1 from the even words (rows 0, 1), the angle from the
+        # odd ones (rows 2, 3)
+        u1 = words[:2].bitwise_and_(MASK32).add_(1).to(_F32).mul_(2.0**-32)
         radius = m32.sqrt(m32.ln(u1).mul_(-2.0))
-        sin, cos = m32.sincos_turns((words[1::2] >> 8).bitwise_and_(0xFFFFFF))
-        z = torch.empty(words.shape, dtype=_F32, device=words.device)
-        torch.mul(radius, cos, out=z[0::2])
-        torch.mul(radius, sin, out=z[1::2])
-        return z.mul_(scale).add_(offset).t()
+        sin, cos = m32.sincos_turns(words[2:].bitwise_right_shift_(8).bitwise_and_(0xFFFFFF))
+        z = _single(dest)  # (n, 4): lanes 0 and 2 the cosines, 1 and 3 the sines
+        torch.mul(radius, cos, out=z[:, 0::2].t())
+        torch.mul(radius, sin, out=z[:, 1::2].t())
+        z.mul_(scale).add_(offset)
+        _finish(z, dest)
 
     return _draw(seed, position, index, 4, dtype=dtype, table=table32, out=out)
 
@@ -418,7 +457,7 @@ def bernoulli_mask(
             index,
             4,
             dtype=torch.int64,
-            table=lambda w: w.bitwise_and_(MASK32).t(),
+            table=lambda w, dest: _to_lanes(w.bitwise_and_(MASK32), dest),
         )
         mask = words < _thresholds(p, index.device)
         return mask if out is None else out.copy_(mask)
@@ -429,7 +468,7 @@ def bernoulli_mask(
         index,
         4,
         dtype=torch.bool,
-        table=lambda w: w.bitwise_and_(MASK32).lt_(threshold).t(),
+        table=lambda w, dest: _to_lanes(w.bitwise_and_(MASK32).lt_(threshold), dest),
         out=out,
     )
 
@@ -484,36 +523,33 @@ def trunc_normal(
     if dtype == torch.float64:
         base, width = phi_interval(alpha, beta)
 
-        def finish(u: torch.Tensor) -> torch.Tensor:
-            x = ndtri(u.mul_(width).add_(base))
-            if mirror:
-                x.neg_()
-            return x.mul_(std).add_(mean).clamp_(a, b).clamp_(lo, hi)
-
-        def table(words: torch.Tensor) -> torch.Tensor:
+        def table(words: torch.Tensor, dest: torch.Tensor) -> None:
             w0, w1, w2, w3 = _words(words)
             k = torch.stack(
                 (
                     (w0 >> 6).bitwise_left_shift_(26).bitwise_or_(w1 >> 6),
                     (w2 >> 6).bitwise_left_shift_(26).bitwise_or_(w3 >> 6),
-                ),
-                1,
+                )
             )
-            return finish(k.mul_(2).add_(1).to(torch.float64).mul_(2.0**-53))
+            u = k.mul_(2).add_(1).to(torch.float64).mul_(2.0**-53)
+            x = ndtri(u.mul_(width).add_(base))
+            if mirror:
+                x.neg_()
+            _store_rows(x.mul_(std).add_(mean).clamp_(a, b).clamp_(lo, hi), dest)
 
         return _draw(seed, position, index, 2, dtype=dtype, table=table, out=out)
 
     scaled = tail_scale(alpha, beta)
     scale, offset = m32.f32(std), m32.f32(mean)
 
-    def table32(words: torch.Tensor) -> torch.Tensor:
+    def table32(words: torch.Tensor, dest: torch.Tensor) -> None:
         w = words.bitwise_and_(MASK32)
         u = (w * 2).add_(1).to(_F32).mul_(2.0**-33)
         p = u.mul_(scaled.width).add_(scaled.base)
         x = _ndtri32(p, w, scaled)
         if mirror:
             x.neg_()
-        return x.mul_(scale).add_(offset).clamp_(lo, hi).t()
+        _to_lanes(x.mul_(scale).add_(offset).clamp_(lo, hi), dest)
 
     return _draw(seed, position, index, 4, dtype=dtype, table=table32, out=out)
 

@@ -164,7 +164,7 @@ def sqrt(v: torch.Tensor) -> torch.Tensor:
     y = ((bits >> 1) + SQRT_SEED).view(_F32)
     for _ in range(3):
         y = (v / y).add_(y).mul_(0.5)
-    y.view(torch.int32).bitwise_and_(((bits - 1) >> 31).bitwise_not_())  # sqrt(0) = 0
+    y.view(torch.int32).bitwise_and_(bits.neg().bitwise_right_shift_(31))  # sqrt(0) = 0
     return y
 
 
@@ -198,21 +198,22 @@ def sincos_turns(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     >>> sin.tolist(), cos.tolist()
     ([0.0, 1.0, -0.0], [1.0, -0.0, -1.0])
     """
-    k = k.to(torch.int32)
-    quadrant = k >> 22
-    m = k & 0x3FFFFF
-    fold = m >> 21  # 1 in the second half of the quadrant
-    flip = fold.neg()
-    t = (m ^ flip).sub_(flip).add_(fold << 22).to(_F32).mul_(2.0**-22)  # 2**22 - m if folded
+    k = k.to(torch.int32, copy=True)  # modified below
+    # t = (2**21 - |m - 2**21|) / 2**22, m = k mod 2**22: exact in float32
+    t = (k & 0x3FFFFF).to(_F32).sub_(2.0**21).abs_().neg_().add_(2.0**21).mul_(2.0**-22)
     w = t * t
-    sin_t = _poly(SIN_S, w).mul_(t).add_(t * 1.5)
+    sin_t = _poly(SIN_S, w).mul_(t)
+    sin_t.add_(t.mul_(1.5))  # t is not needed past here
     cos_t = _poly(COS_C, w).mul_(w).add_(1.0)
-    swap = (quadrant & 1).bitwise_xor_(fold).neg_()
-    sin = select(swap, cos_t, sin_t)
-    cos = select(swap, sin_t, cos_t)
-    negate_where((quadrant >> 1).neg_(), sin)  # quadrants 2 and 3
-    negate_where((quadrant ^ (quadrant >> 1)).bitwise_and_(1).neg_(), cos)  # 1 and 2
-    return sin, cos
+    # swapped where the fold (bit 21 of k) differs from the quadrant's parity (bit 22)
+    swap = (k << 10).bitwise_xor_(k << 9).bitwise_right_shift_(31)
+    sin_bits, cos_bits = sin_t.view(torch.int32), cos_t.view(torch.int32)
+    difference = (sin_bits ^ cos_bits).bitwise_and_(swap)
+    # negative: the sine in quadrants 2 and 3, the cosine in 1 and 2 (sign bits from k)
+    sin_bits.bitwise_xor_(difference).bitwise_xor_((k << 8).bitwise_and_(_SIGN))
+    cos_sign = k.add_(0x400000).bitwise_left_shift_(8).bitwise_and_(_SIGN)
+    cos_bits.bitwise_xor_(difference).bitwise_xor_(cos_sign)
+    return sin_t, cos_t
 
 
 def ndtri_central(q: torch.Tensor) -> torch.Tensor:

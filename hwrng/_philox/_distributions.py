@@ -236,7 +236,7 @@ def _single(dest: torch.Tensor) -> torch.Tensor:
 
 
 def _finish(single: torch.Tensor, dest: torch.Tensor) -> None:
-    """Round the float32 values of :func:`_single` into ``dest`` (nothing to do if it is ``dest``)."""
+    """The float32 values of :func:`_single` rounded into ``dest`` (if they are not in it)."""
     if single is not dest:
         dest.copy_(single)
 

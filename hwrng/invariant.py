@@ -1,11 +1,13 @@
 """Placement-invariant random ops: the same numbers at any sharding, device count and backend.
 
 Each value is a pure function of ``(seed, op position, global element index)``
-through Philox4x32-10 (see ``hwrng._philox`` for the counter layout and the
-bit-to-float mapping, both contracts), so a sharded op's shards put together
-equal what one device draws for the whole tensor -- at any mesh, placement,
-number of ranks, and on CPU, CUDA or NPU alike. A rank computes only its own
-shard's values.
+through Philox4x32-10 and a fixed bit-to-float mapping -- a versioned
+contract, :data:`CONTRACT`, written out in ``docs/invariant.md`` -- so a
+sharded op's shards put together equal what one device draws for the whole
+tensor, at any mesh, placement and number of ranks, and any device computing
+the contract draws the same bits (``hwrng conformance`` checks a backend
+against the contract's known answers). float32, float16 and bfloat16 values
+are computed without float64. A rank computes only its own shard's values.
 
 These functions fill a local shard described by a :class:`~hwrng.ShardSpec`
 (Megatron-style tensor parallelism without DTensor); with
@@ -22,9 +24,10 @@ for the invariant ops of a program and the local draws between them.)
 The numbers are not ``torch.rand``'s: the ordinary (default) mode keeps
 torch's numbers where shards are even; invariant mode gives up that
 compatibility for invariance. Cost: on the CPU the Philox rounds run as
-int64 tensor ops, tens of times slower than torch's own kernels (see the
-benchmarks); the elementary functions are hwrng's own, built from
-correctly-rounded operations, so values are bit-identical across devices.
+tensor ops (see the benchmarks for the ratio to torch's own kernels); the
+elementary functions are hwrng's own, built from correctly rounded
+operations, so no library function decides a bit. The ops refuse to be
+captured into a CUDA graph (a replay would repeat the numbers).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ import torch
 
 from hwrng import _philox
 from hwrng._exceptions import InvalidArgumentError, InvalidValueError, MeshError, NestingError
-from hwrng._philox._contract import CONTRACT, CONTRACT_VERSION, record_draw
+from hwrng._philox import _contract
+from hwrng._philox._contract import record_draw
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
 from hwrng._sharding import ShardSpec, chunk_size
@@ -54,6 +58,17 @@ __all__ = [
     "uniform_",
 ]
 
+
+CONTRACT: str = _contract.CONTRACT
+"""The contract the ops compute: ``"hwrng-philox4x32-10-v2"``.
+
+The counter layout and the bit-to-float mapping, written out in
+``docs/invariant.md``; checkpoints of a job that drew invariant values record
+it, and a resume under another contract is refused.
+"""
+
+CONTRACT_VERSION: int = _contract.CONTRACT_VERSION
+"""The version number of :data:`CONTRACT` (2)."""
 
 Ranges = list[tuple[int, int]]  # (start, length) runs whose concatenation is a dim's positions
 

@@ -183,3 +183,14 @@ def test_invariant_ops_refuse_graph_capture(cpu: hwrng.Platform) -> None:
     with pytest.raises(hwrng.NestingError, match="captured into a graph"):
         invariant.normal_(torch.empty(2, 4), spec, generator=generator, platform=capturing)
     assert torch.equal(generator.get_state(), before)
+
+
+def test_invariant_mode_refuses_compiled_code() -> None:
+    """torch.compile traces with fake tensors: the invariant DTensor handlers refuse them (an
+    error, not other numbers), as for LocalTensorMode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from hwrng.dtensor._invariant import _refuse_unsupported
+
+    with FakeTensorMode(), pytest.raises(hwrng.DTensorHookError, match=r"torch\.compile"):
+        _refuse_unsupported("aten.uniform_")

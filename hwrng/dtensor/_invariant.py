@@ -140,8 +140,11 @@ def _native_dropout(
     _fill_local(
         target, keep, generator, _philox.drawer("bernoulli", keep.dtype, p=1.0 - probability)
     )
-    scale = 0.0 if probability == 1.0 else 1.0 / (1.0 - probability)
-    return _like(target, local * keep * scale), _like(target, keep)
+    # as hwrng.invariant.dropout: the kept elements times 1/(1 - p) as the input's dtype holds it
+    scaled = keep.to(local.dtype)
+    if probability != 1.0:
+        scaled.mul_(1.0 / (1.0 - probability))
+    return _like(target, local * scaled), _like(target, keep)
 
 
 def _kinds() -> dict[Any, Fill]:

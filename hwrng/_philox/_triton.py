@@ -473,9 +473,13 @@ if triton is not None:
         return tl.where(central, _ndtri_central32(q), tail)
 
     # The kernel's branches are compile-time (KIND is a constexpr): each launch compiles one.
+    # (parameters that change from call to call: not specialised, so one compilation serves)
     @triton.jit(
-        do_not_specialize=["k0", "k1", "c2", "c3", "a_bits", "b_bits", "lo_bits", "hi_bits"]
-    )
+        do_not_specialize=[
+            "k0", "k1", "c2", "c3", "a_bits", "b_bits", "lo_bits", "hi_bits", "d_bits",
+            "p0_bits", "upper_bits", "shift", "mirror", "threshold",
+        ]
+    )  # fmt: skip
     def _kernel(  # noqa: PLR0915
         out_ptr,
         p_ptr,

@@ -612,3 +612,15 @@ def test_the_docstring_examples(module: str) -> None:
         importlib.import_module(f"hwrng._philox.{module}"), optionflags=doctest.ELLIPSIS
     )
     assert attempted > 0 and failed == 0
+
+
+@pytest.mark.parametrize("columns", [2**14, 100])
+def test_a_shard_of_long_or_short_runs_draws_the_shard_of_the_whole(columns: int) -> None:
+    """Rows of a wide shard are long runs, drawn one by one; a narrow shard's many short runs
+    are drawn as one index set: either way the values of those elements."""
+    shape = (5, 2 * columns)
+    dims = (torch.tensor([0, 2, 3, 4]), torch.arange(columns // 2, columns // 2 + columns))
+    index = philox.flat_index(list(dims), shape)
+    for draw in FILLS:
+        with chunk_size(1024):
+            assert torch.equal(draw(7, philox.ShardIndices(dims, shape)), draw(7, index))  # type: ignore[arg-type]

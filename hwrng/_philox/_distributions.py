@@ -66,6 +66,8 @@ _F32 = torch.float32
 # every core; elsewhere batches only bound the temporaries' memory.
 _CPU_BLOCKS = 1 << 17
 _DEVICE_BLOCKS = 1 << 20
+# a run of consecutive indices at least this long is drawn on its own
+_LONG_RUN = 1 << 14
 
 
 def _batch_blocks(device: torch.device) -> int:
@@ -168,7 +170,9 @@ def _draw(
     rounds = Rounds(seed & MASK32, seed >> 32, device)
     if isinstance(index, ShardIndices):
         runs = index.runs()
-        if runs is not None:
+        # long runs one by one; many short ones (a column shard) as one index set, whose
+        # neighbours share blocks, rather than one batch of tensor ops per short run
+        if runs is not None and (len(runs) == 1 or runs[0][1] >= _LONG_RUN):
             length = runs[0][1]
             for i, (start, _) in enumerate(runs):
                 target = flat_out[i * length : (i + 1) * length]
@@ -394,11 +398,14 @@ def normal(
         u1 = words[:2].bitwise_and_(MASK32).add_(1).to(_F32).mul_(2.0**-32)
         radius = m32.sqrt(m32.ln(u1).mul_(-2.0))
         sin, cos = m32.sincos_turns(words[2:].bitwise_right_shift_(8).bitwise_and_(0xFFFFFF))
-        z = _single(dest)  # (n, 4): lanes 0 and 2 the cosines, 1 and 3 the sines
-        torch.mul(radius, cos, out=z[:, 0::2].t())
-        torch.mul(radius, sin, out=z[:, 1::2].t())
-        z.mul_(scale).add_(offset)
-        _finish(z, dest)
+        # rows (cos of pair 0, cos of pair 1, sin of pair 0, sin of pair 1): the lanes' order of
+        # the words' rows, computed in a buffer that stays in the cache, written out once
+        z = torch.empty(words.shape, dtype=_F32, device=words.device)
+        torch.mul(radius, cos, out=z[:2])
+        torch.mul(radius, sin, out=z[2:])
+        if scale != 1.0:  # (multiplying by 1 changes no bit)
+            z.mul_(scale)
+        _to_lanes(z.add_(offset), dest)
 
     return _draw(seed, position, index, 4, dtype=dtype, table=table32, out=out)
 

@@ -205,14 +205,16 @@ def sincos_turns(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     sin_t = _poly(SIN_S, w).mul_(t)
     sin_t.add_(t.mul_(1.5))  # t is not needed past here
     cos_t = _poly(COS_C, w).mul_(w).add_(1.0)
-    # swapped where the fold (bit 21 of k) differs from the quadrant's parity (bit 22)
-    swap = (k << 10).bitwise_xor_(k << 9).bitwise_right_shift_(31)
+    # bits 23, 22, 21 of k (the quadrant's two bits, the fold) moved to the sign bit
+    bit23, bit22 = k << 8, k << 9
+    bit21 = k.bitwise_left_shift_(10)
+    # swapped where the fold differs from the quadrant's parity
+    swap = bit21.bitwise_xor_(bit22).bitwise_right_shift_(31)
     sin_bits, cos_bits = sin_t.view(torch.int32), cos_t.view(torch.int32)
     difference = (sin_bits ^ cos_bits).bitwise_and_(swap)
-    # negative: the sine in quadrants 2 and 3, the cosine in 1 and 2 (sign bits from k)
-    sin_bits.bitwise_xor_(difference).bitwise_xor_((k << 8).bitwise_and_(_SIGN))
-    cos_sign = k.add_(0x400000).bitwise_left_shift_(8).bitwise_and_(_SIGN)
-    cos_bits.bitwise_xor_(difference).bitwise_xor_(cos_sign)
+    # negative: the cosine in quadrants 1 and 2 (bit 23 xor bit 22), the sine in 2 and 3
+    cos_bits.bitwise_xor_(difference).bitwise_xor_(bit22.bitwise_xor_(bit23).bitwise_and_(_SIGN))
+    sin_bits.bitwise_xor_(difference).bitwise_xor_(bit23.bitwise_and_(_SIGN))
     return sin_t, cos_t
 
 

@@ -15,7 +15,7 @@ and replaces only a regular file.
 What is saved, per rank (format 3)::
 
     format, written_by {hwrng, backend, device_count, rank, world_size, mesh, sharded_dims,
-                invariant (the invariant ops' contract, if the job drew any; another refused)}
+                invariant: the invariant ops' contract, if the job drew any (another is refused)}
     python      random.getstate()           numpy  the legacy global generator
     torch_cpu   the host generator's state  host_reading  what makes it read as it does
     devices     every device of the platform (not only the current one)
@@ -124,7 +124,7 @@ def _numpy_state() -> dict[str, Any]:
 def _written_by(platform: Platform, seeding: Seeding | None) -> dict[str, Any]:
     rank, world_size = rank_and_size()
     layout = seeding.layout if seeding is not None else None
-    return {
+    written = {
         "hwrng": __version__,
         "backend": platform.name,
         "device_count": platform.device_count(),
@@ -132,8 +132,11 @@ def _written_by(platform: Platform, seeding: Seeding | None) -> dict[str, Any]:
         "world_size": world_size,
         "mesh": None if layout is None else layout.to_dict(),
         "sharded_dims": None if seeding is None else list(seeding.sharded_dims),
-        "invariant": invariant_contract(),
     }
+    contract = invariant_contract()
+    if contract is not None:  # the job drew placement-invariant values
+        written["invariant"] = contract
+    return written
 
 
 def _device_generators(platform: Platform) -> list[torch.Generator]:

@@ -129,7 +129,7 @@ def ln(x: torch.Tensor, exponent: int = 0) -> torch.Tensor:
     Examples
     --------
     >>> ln(torch.tensor([1.0, 0.5, 2.0**-30])).tolist()
-    [0.0, -0.6931471824645996, -20.79441547393799]
+    [0.0, -0.6931471824645996, -20.794414520263672]
     """
     bits = x.view(torch.int32)
     k = (bits - SQRT_HALF_BITS).bitwise_right_shift_(23)

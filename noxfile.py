@@ -46,13 +46,15 @@ class Cell:
 
 
 #: What the DTensor adapter meets first on torch 2.14: ``run_dtensor_rng_op`` on the
-#: accelerator path, and CUDA graphs registering generator states per capture.
+#: accelerator path, and CUDA graphs registering generator states per capture; and the fused
+#: Triton kernel of the invariant ops, in Triton's interpreter (the CUDA wheel brings Triton).
 ADAPTER_TESTS = (
     "tests/test_dtensor_adapter.py",
     "tests/test_dtensor_dispatch_keys.py",
     "tests/test_dtensor_dist.py",
     "tests/test_graph_states.py",
     "backends/cuda/tests/test_cuda.py",
+    "tests/test_philox_triton.py",
 )
 
 #: The matrix, by torch version: the floor ``pyproject.toml`` claims, which is also the
@@ -63,7 +65,7 @@ ADAPTER_TESTS = (
 #: its install (the CUDA wheels bring about 4 GB of libraries, and Triton).
 CELLS: dict[str, Cell] = {
     "2.13.0": Cell("torch==2.13.0+cpu"),
-    "2.14.1": Cell("torch==2.14.1", selection=ADAPTER_TESTS),
+    "2.14.1": Cell("torch==2.14.1", triton=True, selection=ADAPTER_TESTS),
     "2.15.0": Cell("torch==2.15.0", unconstrained=True, triton=True),
 }
 

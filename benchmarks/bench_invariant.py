@@ -1,8 +1,11 @@
 """Placement-invariant ops (:mod:`hwrng.invariant`) against torch's native ones, one shard.
 
 The invariant ops compute Philox4x32-10 of every element's global index in
-tensor ops (or, on CUDA with Triton, one fused kernel); torch's native ops run
-one kernel. Baseline: the native op on a tensor of the same size.
+tensor ops (or, on CUDA with Triton, one fused kernel), then the contract's
+float32 arithmetic; torch's native ops run one kernel. Baseline: the native op
+on a tensor of the same size. (On the CPU torch's ``uniform_``, ``normal_`` and
+dropout draw from the Mersenne Twister one number after another, on one core
+whatever ``torch.get_num_threads()`` says; the invariant ops use every core.)
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ def _cases(x: torch.Tensor, spec: hwrng.ShardSpec) -> dict[str, dict[str, Callab
             "torch dropout(p=0.1)": lambda: torch.nn.functional.dropout(x, 0.1),
             "hwrng.invariant.dropout(p=0.1), a shard": lambda: hwrng.invariant.dropout(
                 x, spec, 0.1
+            ),
+        },
+        "trunc_normal_": {
+            "torch nn.init.trunc_normal_": lambda: torch.nn.init.trunc_normal_(x),
+            "hwrng.invariant.trunc_normal_, a shard": lambda: hwrng.invariant.trunc_normal_(
+                x, spec
             ),
         },
     }

@@ -133,6 +133,10 @@ class PhiloxCounter(CounterView):
         self._has_offset_api[device_type] = True
         return True
 
+    def serves(self, generator: torch.Generator) -> bool:
+        """Whether this view can position ``generator``: an offset API, or the 16-byte state."""
+        return self._native(generator) or generator.get_state().numel() == self.STATE_BYTES
+
     def _layout_state(self, generator: torch.Generator) -> torch.Tensor:
         state = generator.get_state()
         if state.numel() != self.STATE_BYTES:

@@ -14,7 +14,8 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-from hwrng._counters import CounterView, PhiloxCounter
+from hwrng._counters import CounterView
+from hwrng._device_counter import DeviceCounter
 from hwrng._exceptions import BackendUnavailableError
 from hwrng._platform import DeviceLike, Platform
 
@@ -58,7 +59,10 @@ class DeviceModulePlatform(Platform):
     PrivateUse1 module such as ``torch.npu``) to provide ``is_available``,
     ``device_count``, ``current_device``, ``manual_seed(_all)`` and
     ``get/set_rng_state``, and most expose ``default_generators``. This base
-    builds a whole :class:`Platform` on that, with a :class:`PhiloxCounter`.
+    builds a whole :class:`Platform` on that, with a :class:`PhiloxCounter`
+    for generators with offsets, and the emulated :class:`MersenneCounter` for
+    those without (a generator derived from the CPU's, as PyTorch's reference
+    PrivateUse1 backend OpenReg has).
     A backend sets :attr:`name`, :attr:`dist_backend` and, when the device type
     comes from an extension, :attr:`extension_module`::
 
@@ -78,16 +82,18 @@ class DeviceModulePlatform(Platform):
         What to tell a user whose machine lacks :attr:`extension_module`.
     counter_type
         The :class:`CounterView` class for this device's generators, made once
-        per platform by its :meth:`CounterView.for_platform`:
-        :class:`PhiloxCounter` (the default) for generators with a native
-        Philox counter, :class:`hwrng.MersenneCounter` for Mersenne-Twister
-        generators (a software device over CPU generators), or a vendor's own.
+        per platform by its :meth:`CounterView.for_platform`. The default
+        serves each generator as it is: through its native offsets (as
+        :class:`PhiloxCounter`), else its 16-byte Philox state, else torch's
+        Mersenne-Twister state (as :class:`hwrng.MersenneCounter`). A backend
+        sets :class:`hwrng.MersenneCounter` (a software device over CPU
+        generators), :class:`PhiloxCounter`, or a view of its own.
     """
 
     priority: ClassVar[int] = 100
     extension_module: ClassVar[str | None] = None
     install_hint: ClassVar[str] = ""
-    counter_type: ClassVar[type[CounterView]] = PhiloxCounter
+    counter_type: ClassVar[type[CounterView]] = DeviceCounter
 
     def __init__(self) -> None:
         self._counter: CounterView = self.counter_type.for_platform(self)
@@ -96,7 +102,7 @@ class DeviceModulePlatform(Platform):
 
     @property
     def counter(self) -> CounterView:
-        """The counter view, an instance of :attr:`counter_type`."""
+        """The counter view, a :attr:`counter_type` made for this platform."""
         return self._counter
 
     def import_blocker(self) -> str | None:

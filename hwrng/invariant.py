@@ -1,11 +1,13 @@
 """Placement-invariant random ops: the same numbers at any sharding, device count and backend.
 
 Each value is a pure function of ``(seed, op position, global element index)``
-through Philox4x32-10 (see ``hwrng._philox`` for the counter layout and the
-bit-to-float mapping, both contracts), so a sharded op's shards put together
-equal what one device draws for the whole tensor -- at any mesh, placement,
-number of ranks, and on CPU, CUDA or NPU alike. A rank computes only its own
-shard's values.
+through Philox4x32-10 and a fixed bit-to-float mapping -- a versioned
+contract, :data:`CONTRACT`, written out in ``docs/invariant.md`` -- so a
+sharded op's shards put together equal what one device draws for the whole
+tensor, at any mesh, placement and number of ranks, and any device computing
+the contract draws the same bits (``hwrng conformance`` checks a backend
+against the contract's known answers). float32, float16 and bfloat16 values
+are computed without float64. A rank computes only its own shard's values.
 
 These functions fill a local shard described by a :class:`~hwrng.ShardSpec`
 (Megatron-style tensor parallelism without DTensor); with
@@ -22,9 +24,10 @@ for the invariant ops of a program and the local draws between them.)
 The numbers are not ``torch.rand``'s: the ordinary (default) mode keeps
 torch's numbers where shards are even; invariant mode gives up that
 compatibility for invariance. Cost: on the CPU the Philox rounds run as
-int64 tensor ops, tens of times slower than torch's own kernels (see the
-benchmarks); the elementary functions are hwrng's own, built from
-correctly-rounded operations, so values are bit-identical across devices.
+tensor ops (see the benchmarks for the ratio to torch's own kernels); the
+elementary functions are hwrng's own, built from correctly rounded
+operations, so no library function decides a bit. The ops refuse to be
+captured into a CUDA graph (a replay would repeat the numbers).
 """
 
 from __future__ import annotations
@@ -35,13 +38,17 @@ from typing import Any
 import torch
 
 from hwrng import _philox
-from hwrng._exceptions import InvalidArgumentError, InvalidValueError, MeshError
+from hwrng._exceptions import InvalidArgumentError, InvalidValueError, MeshError, NestingError
+from hwrng._philox import _contract
+from hwrng._philox._contract import record_draw
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
 from hwrng._sharding import ShardSpec, chunk_size
 from hwrng._tracker import OffsetTracker
 
 __all__ = [
+    "CONTRACT",
+    "CONTRACT_VERSION",
     "advance",
     "bernoulli_",
     "dropout",
@@ -51,6 +58,17 @@ __all__ = [
     "uniform_",
 ]
 
+
+CONTRACT: str = _contract.CONTRACT
+"""The contract the ops compute: ``"hwrng-philox4x32-10-v2"``.
+
+The counter layout and the bit-to-float mapping, written out in
+``docs/invariant.md``; checkpoints of a job that drew invariant values record
+it, and a resume under another contract is refused.
+"""
+
+CONTRACT_VERSION: int = _contract.CONTRACT_VERSION
+"""The version number of :data:`CONTRACT` (2)."""
 
 Ranges = list[tuple[int, int]]  # (start, length) runs whose concatenation is a dim's positions
 
@@ -132,8 +150,19 @@ def _position(
     platform: Platform | str | None,
     choose_seed: Callable[[int], int] | None,
 ) -> Any:
-    """A region of ``end_increment`` from the generator's position; it yields the draw position."""
+    """A region of ``end_increment`` from the generator's position; it yields the draw position.
+
+    Refused while the platform's stream is captured into a graph: the position
+    is read on the host and becomes part of the launch, so every replay would
+    draw the same numbers.
+    """
     tracker = OffsetTracker(resolve_platform(platform))
+    if tracker.platform.stream_capturing():
+        raise NestingError(
+            "hwrng's invariant ops cannot be captured into a graph: their position is read on "
+            "the host when the op is issued, so every replay would draw the same numbers; run "
+            "them outside the captured region"
+        )
     if generator is not None:
         tracker.platform.check_generator(generator)
     return tracker.positioned_by(
@@ -156,7 +185,7 @@ def _fill(
     spec: ShardSpec,
     generator: torch.Generator | None,
     platform: Platform | str | None,
-    draw: Callable[[int, int, _philox.Indices], torch.Tensor],
+    draw: _philox.Draw,
     *,
     choose_seed: Callable[[int], int] | None = None,
 ) -> torch.Tensor:
@@ -164,7 +193,8 @@ def _fill(
 
     Everything is checked before the generator moves (the drawer checked its
     parameters when it was made); an error inside ``draw`` after that (none is
-    expected) would leave it advanced past the op.
+    expected) would leave it advanced past the op. A contiguous ``tensor``
+    receives the values directly, without a copy.
     """
     if not isinstance(spec, ShardSpec):
         raise InvalidArgumentError(f"needs a ShardSpec, got {type(spec).__name__}")
@@ -176,11 +206,13 @@ def _fill(
     _, vectors = _philox.check_dim_indices(_dim_indices(spec, tensor.device), spec.shape)
     index = _philox.ShardIndices(tuple(vectors), spec.shape)
     region = _position(spec, generator, platform, choose_seed)
-    with region:
+    record_draw()
+    with region, torch.no_grad():
         seed, position = region.position
-        values = draw(seed, position, index)
-    with torch.no_grad():
-        tensor.copy_(values)
+        if tensor.is_contiguous():
+            draw(seed, position, index, out=tensor)
+        else:
+            tensor.copy_(draw(seed, position, index))
     return tensor
 
 
@@ -277,7 +309,9 @@ def dropout(
 ) -> torch.Tensor:
     """Invariant dropout of the local shard ``input``: keep with probability ``1 - p``, scale.
 
-    Returns ``input * mask / (1 - p)``; gradients flow through the same mask.
+    Returns ``input * m``, where ``m`` is the invariant Bernoulli mask of
+    ``1 - p`` times ``1 / (1 - p)`` (as ``input``'s dtype holds it);
+    gradients flow through the same ``m``.
     """
     if not 0.0 <= p <= 1.0:
         raise InvalidValueError(f"dropout probability must lie in [0, 1], got {p}")
@@ -285,6 +319,7 @@ def dropout(
         return input
     keep = torch.empty(input.shape, dtype=input.dtype, device=input.device)
     bernoulli_(keep, spec, 1.0 - p, generator=generator, platform=platform)
-    if p == 1.0:
-        return input * keep
-    return input * (keep / (1.0 - p))
+    if p != 1.0:
+        # 1/(1 - p) on the host; torch rounds it to float32 (the op's arithmetic) once
+        keep.mul_(1.0 / (1.0 - p))
+    return input * keep

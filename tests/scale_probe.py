@@ -28,6 +28,7 @@ dim's, not the world's, and tests/test_verify_dist.py measures them on gloo.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -66,6 +67,9 @@ def measure(action: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
     """
     with CollectiveBytes() as counted:
         action()
+    # the first run's cyclic garbage would otherwise be freed, or not, depending on where the
+    # collector's thresholds fall: measured peaks differed by a third from one run to another
+    gc.collect()
     tracemalloc.reset_peak()
     held, _ = tracemalloc.get_traced_memory()
     started = time.perf_counter()

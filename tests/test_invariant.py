@@ -16,6 +16,7 @@ from torch.distributed.tensor.placement_types import _StridedShard
 
 import hwrng
 from hwrng import invariant
+from hwrng.backends.cpu import CPUPlatform
 
 
 def _torch_local(
@@ -162,3 +163,34 @@ def test_bad_values_raise_hwrng_errors_and_leave_the_generator(
         call(tensor, spec)
     assert torch.equal(generator.get_state(), before), "a refused call moved the generator"
     assert torch.equal(tensor, torch.zeros(2, 4)), "a refused call wrote into the tensor"
+
+
+class _CapturingCPU(CPUPlatform):
+    """The CPU platform, as if its stream were being captured into a CUDA graph."""
+
+    def stream_capturing(self) -> bool:
+        return True
+
+
+def test_invariant_ops_refuse_graph_capture(cpu: hwrng.Platform) -> None:
+    """Graph-safe: no. The position is read on the host when the op is issued; a captured op
+    would replay the same numbers, so it is refused before anything moves."""
+    spec = hwrng.ShardSpec((4, 4), (2,), (Shard(0),), (0,))
+    capturing = _CapturingCPU()
+    generator = torch.Generator()
+    cpu.set_seed_offset(generator, 3, 8)
+    before = generator.get_state()
+    with pytest.raises(hwrng.NestingError, match="captured into a graph"):
+        invariant.normal_(torch.empty(2, 4), spec, generator=generator, platform=capturing)
+    assert torch.equal(generator.get_state(), before)
+
+
+def test_invariant_mode_refuses_compiled_code() -> None:
+    """torch.compile traces with fake tensors: the invariant DTensor handlers refuse them (an
+    error, not other numbers), as for LocalTensorMode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from hwrng.dtensor._invariant import _refuse_unsupported
+
+    with FakeTensorMode(), pytest.raises(hwrng.DTensorHookError, match=r"torch\.compile"):
+        _refuse_unsupported("aten.uniform_")

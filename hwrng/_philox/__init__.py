@@ -2,15 +2,17 @@
 
 The family's modules, each importing only those above it in this list:
 
+* ``_contract``: the contract's version, and whether this process drew under it;
 * ``_parameters``: argument checks (seeds, positions, index tensors, dtypes,
   distribution parameters);
 * ``_bits``: Philox4x32-10 and the counter layout;
 * ``_index``: global flat indices and a shard's per-dim description of them;
-* ``_math``: ``ln``, ``sin``/``cos`` of a turn, ``Phi`` and ``Phi^-1``, the
-  same bits on every device;
+* ``_math32``: float32 ``ln``, ``sin``/``cos`` of a turn and ``Phi^-1`` (the
+  float32, float16 and bfloat16 results), the same bits on every device;
+* ``_math``: their float64 versions (float64 results), and ``Phi`` on the host;
 * ``_distributions``: the generic path (uniform, normal, Bernoulli, truncated
   normal) in plain torch ops;
-* ``_triton``: the fused CUDA kernel of uniform, normal and Bernoulli;
+* ``_triton``: the fused CUDA kernel of the same four ops;
 * ``_choose``: the ops as hwrng calls them, the one place that picks the fused
   kernel or the generic path.
 """
@@ -18,11 +20,21 @@ The family's modules, each importing only those above it in this list:
 from __future__ import annotations
 
 from hwrng._philox._bits import block_words, philox4x32_10
-from hwrng._philox._choose import bernoulli_mask, drawer, normal, trunc_normal, uniform
-from hwrng._philox._index import Indices, ShardIndices, check_dim_indices, flat_index
+from hwrng._philox._choose import Draw, bernoulli_mask, drawer, normal, trunc_normal, uniform
+from hwrng._philox._contract import CONTRACT, CONTRACT_VERSION
+from hwrng._philox._index import (
+    Indices,
+    ShardIndices,
+    check_dim_indices,
+    flat_index,
+    index_shape,
+)
 from hwrng._philox._parameters import check_parameters
 
 __all__ = [
+    "CONTRACT",
+    "CONTRACT_VERSION",
+    "Draw",
     "Indices",
     "ShardIndices",
     "bernoulli_mask",
@@ -31,6 +43,7 @@ __all__ = [
     "check_parameters",
     "drawer",
     "flat_index",
+    "index_shape",
     "normal",
     "philox4x32_10",
     "trunc_normal",

@@ -32,78 +32,127 @@ import torch
 from hwrng._exceptions import InvalidArgumentError, InvalidValueError
 from hwrng._philox._parameters import checked_index, checked_seed_position, checked_word
 
-__all__ = ["DOMAIN_FLAG", "Words", "block_words", "layout_words", "philox4x32_10"]
+__all__ = [
+    "DOMAIN_FLAG",
+    "MASK32",
+    "Rounds",
+    "Words",
+    "block_words",
+    "layout_words",
+    "philox4x32_10",
+]
 
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
-_MASK32 = 0xFFFFFFFF
+#: the low 32 bits of an int64
+MASK32 = _MASK32 = 0xFFFFFFFF
 _ROUNDS = 10
 #: the top bit of the last counter word, set in every block of the Philox ops
 DOMAIN_FLAG = 0x80000000
 
-_Word = torch.Tensor | int
 #: the four output words of a batch of blocks
 Words = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _round(  # noqa: PLR0917 - the four counter words and two key words of the paper
-    x0: _Word, x1: _Word, x2: _Word, x3: _Word, k0: int, k1: int
-) -> tuple[_Word, _Word, _Word, _Word]:
-    """One Philox round on words that may be Python ints (exact) or int64 tensors.
+class Rounds:
+    """Philox4x32-10 under one key on batches of counters, in as few tensor ops as it takes.
 
-    An int64 product of two 32-bit values wraps modulo 2**64 (on every torch
-    backend, as two's-complement hardware multiplies do); its low 32 bits are
-    exact, and the arithmetic shift gives the high word up to sign extension,
-    which the mask removes.
+    The state of a batch of ``n`` blocks is one int64 tensor of shape ``(4, n)``
+    whose rows are the four words, even words first (``x0, x2, x1, x3``: both
+    halves of a round's work are contiguous), each in the low 32 bits of its int64; the
+    high 32 bits are garbage, masked only before a product (and by whoever
+    reads the words), which saves a pass per word per round. A round is six
+    tensor ops on ``(2, n)`` tensors: the mask of ``(x0, x2)``, their products
+    (exact modulo 2**64, as two's-complement multipliers wrap) written as
+    ``(x2 * M1, x0 * M0)``, the high words of both as one shift, and two xors;
+    the products' buffer then holds the new ``(x1, x3)`` as it is.
+
+    Parameters
+    ----------
+    k0, k1 : int
+        The key, 32 bits each.
+    device : torch.device
+        Where the batches live (the per-round constants are made there, once).
     """
-    p0 = x0 * _M0
-    p1 = x2 * _M1
-    return (
-        ((p1 >> 32) & _MASK32) ^ (x1 ^ k0),
-        p1 & _MASK32,
-        ((p0 >> 32) & _MASK32) ^ (x3 ^ k1),
-        p0 & _MASK32,
-    )
 
+    def __init__(self, k0: int, k1: int, device: torch.device) -> None:
+        #: the key of each round
+        self.keys = [((k0 + r * _W0) & _MASK32, (k1 + r * _W1) & _MASK32) for r in range(_ROUNDS)]
+        self.device = device
+        self._keys = [
+            torch.tensor([[a], [b]], dtype=torch.int64, device=device) for a, b in self.keys
+        ]
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._counting: torch.Tensor | None = None
 
-def _rounds(  # noqa: PLR0917 - as _round
-    x0: _Word, x1: _Word, x2: _Word, x3: _Word, k0: int, k1: int
-) -> Words:
-    """Philox4x32-10 where some counter words are Python ints (constant over the batch).
+    def buffers(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A ``(4, n)`` state and a ``(2, n)`` work buffer, reused from batch to batch.
 
-    The rounds run on Python ints as long as the words allow it (the position
-    words are constants, so the first two rounds do half the tensor work), then
-    in place on six buffers.
-    """
-    done = 0
-    s0, s1, s2, s3 = x0, x1, x2, x3
-    while done == 0 or (
-        done < _ROUNDS and not all(isinstance(w, torch.Tensor) for w in (s0, s1, s2, s3))
-    ):
-        if done:
-            k0, k1 = (k0 + _W0) & _MASK32, (k1 + _W1) & _MASK32
-        s0, s1, s2, s3 = _round(s0, s1, s2, s3, k0, k1)
-        done += 1
-    if not (
-        isinstance(s0, torch.Tensor)
-        and isinstance(s1, torch.Tensor)
-        and isinstance(s2, torch.Tensor)
-        and isinstance(s3, torch.Tensor)
-    ):
-        raise InvalidArgumentError("philox needs at least one counter word as a tensor")
-    # every word is now a tensor this function allocated, so it may be overwritten
-    t0, t1 = torch.empty_like(s0), torch.empty_like(s2)
-    for _ in range(done, _ROUNDS):
-        k0, k1 = (k0 + _W0) & _MASK32, (k1 + _W1) & _MASK32
-        torch.mul(s0, _M0, out=t0)
-        torch.mul(s2, _M1, out=t1)
-        torch.bitwise_right_shift(t1, 32, out=s0).bitwise_and_(_MASK32).bitwise_xor_(s1)
-        s0.bitwise_xor_(k0)
-        torch.bitwise_right_shift(t0, 32, out=s2).bitwise_and_(_MASK32).bitwise_xor_(s3)
-        s2.bitwise_xor_(k1)
-        torch.bitwise_and(t1, _MASK32, out=s1)
-        torch.bitwise_and(t0, _MASK32, out=s3)
-    return s0, s1, s2, s3
+        Reusing them spares the page faults of fresh memory on every batch. The
+        words a batch returns live in the state buffer: read them before the
+        next batch.
+        """
+        if self._buffers is None or self._buffers[0].shape[1] != n:
+            self._buffers = (
+                torch.empty((4, n), dtype=torch.int64, device=self.device),
+                torch.empty((2, n), dtype=torch.int64, device=self.device),
+            )
+        return self._buffers
+
+    def block_range(self, start: int, stop: int) -> torch.Tensor:
+        """The blocks ``start, ..., stop - 1`` as an int64 tensor (one addition, not ``arange``)."""
+        count = stop - start
+        if self._counting is None or self._counting.numel() < count:
+            self._counting = torch.arange(count, dtype=torch.int64, device=self.device)
+        return self._counting[:count] + start
+
+    def run(self, state: torch.Tensor, work: torch.Tensor, first: int = 0) -> torch.Tensor:
+        """Rounds ``first`` to 9 on the words ``state`` (modified); returns ``state``.
+
+        ``work`` is a ``(2, n)`` int64 buffer. The high halves of the result are
+        garbage.
+        """
+        even, odd, products = state[:2], state[2:], work
+        for r in range(first, _ROUNDS):
+            even.bitwise_and_(_MASK32)
+            torch.mul(even[0], _M0, out=products[1])
+            torch.mul(even[1], _M1, out=products[0])
+            torch.bitwise_right_shift(products, 32, out=even)
+            even.bitwise_xor_(odd).bitwise_xor_(self._keys[r])
+            odd, products = products, odd
+        if (_ROUNDS - first) % 2:
+            state[2:] = odd
+        return state
+
+    def layout(self, block: torch.Tensor, c1: int | None, c2: int, c3: int) -> torch.Tensor:
+        """The words of the blocks ``block`` (1-D int64, ``>= 0``) with constant words ``c2, c3``.
+
+        ``c1`` is the constant second counter word (``None``: ``block >> 32``,
+        for blocks of 2**32 and beyond). With ``c1`` constant the first two
+        rounds have constant operands, and cost half a round between them.
+        Returns the ``(4, n)`` words, high halves garbage, in a buffer the next
+        call reuses.
+        """
+        state, work = self.buffers(block.numel())
+        (k0, k1), (j0, j1) = self.keys[0], self.keys[1]
+        q1 = c2 * _M1
+        # round 1: x0 is the block's low word, x2 and x3 constants (x1 too, for small blocks)
+        x0, x2, x1, x3 = state  # the rows, even words first
+        low = block if c1 is not None else block & _MASK32
+        torch.mul(low, _M0, out=x3)  # x3 = lo(x0 * M0), dirty
+        torch.bitwise_right_shift(x3, 32, out=x2).bitwise_xor_(c3 ^ k1)
+        if c1 is None:
+            torch.bitwise_right_shift(block, 32, out=x0).bitwise_xor_((q1 >> 32) ^ k0)
+            x1.fill_(q1 & _MASK32)
+            return self.run(state, work, first=1)
+        y0, y1 = ((q1 >> 32) ^ c1 ^ k0) & _MASK32, q1 & _MASK32
+        # round 2: x0 and x1 constant, x2 and x3 tensors
+        q0 = y0 * _M0
+        torch.mul(x2.bitwise_and_(_MASK32), _M1, out=x1)  # x1 = lo(x2 * M1)
+        torch.bitwise_right_shift(x1, 32, out=x0).bitwise_xor_(y1 ^ j0)
+        torch.bitwise_xor(x3, (q0 >> 32) ^ j1, out=x2)
+        x3.fill_(q0 & _MASK32)
+        return self.run(state, work, first=2)
 
 
 def philox4x32_10(  # noqa: PLR0917 - the paper's four counter words and two key words
@@ -146,8 +195,13 @@ def philox4x32_10(  # noqa: PLR0917 - the paper's four counter words and two key
             raise InvalidArgumentError(f"{name} must be an integer tensor, got {word.dtype}")
         counter.append(word.to(torch.int64))
     shape = _broadcast_shape([w.shape for w in counter])
-    x0, x1, x2, x3 = (w.expand(shape) for w in counter)
-    return _rounds(x0, x1, x2, x3, k0, k1)
+    device = counter[0].device
+    state = torch.stack([counter[i].expand(shape).reshape(-1) for i in (0, 2, 1, 3)])
+    work = torch.empty((2, state.shape[1]), dtype=torch.int64, device=device)
+    w0, w2, w1, w3 = (
+        row.reshape(shape) for row in Rounds(k0, k1, device).run(state, work).bitwise_and_(_MASK32)
+    )
+    return w0, w1, w2, w3
 
 
 def _broadcast_shape(shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
@@ -162,17 +216,30 @@ def _broadcast_shape(shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
     return tuple(result)
 
 
-def layout_words(seed: int, position: int, block: torch.Tensor, *, small: bool) -> Words:
-    """:func:`block_words` for checked arguments; ``small``: all blocks are below 2**32."""
-    high: _Word = 0 if small else block >> 32
-    return _rounds(
-        block & _MASK32,
-        high,
-        position & _MASK32,
-        (position >> 32) | DOMAIN_FLAG,
-        seed & _MASK32,
-        seed >> 32,
-    )
+def layout_words(
+    seed: int,
+    position: int,
+    block: torch.Tensor,
+    *,
+    rounds: Rounds | None = None,
+    largest: int | None = None,
+) -> torch.Tensor:
+    """The words of the 1-D blocks ``block`` in the counter layout, for checked arguments.
+
+    Rows ``w0, w2, w1, w3`` (even words first) of a ``(4, n)`` int64 tensor.
+    The high 32 bits of each int64 are garbage: mask the words before reading
+    them (``& 0xFFFFFFFF``), or read only the bits you need. ``rounds`` (made
+    for ``seed`` on ``block``'s device) saves remaking the round constants
+    when one op computes its blocks in several batches (and the words then
+    live in its buffer until the next batch); ``largest``, the largest block
+    if known, spares a pass to find it.
+    """
+    if rounds is None:
+        rounds = Rounds(seed & _MASK32, seed >> 32, block.device)
+    if largest is None:
+        largest = int(block.max()) if block.numel() else 0
+    c2, c3 = position & _MASK32, (position >> 32) | DOMAIN_FLAG
+    return rounds.layout(block, 0 if largest < 2**32 else None, c2, c3)
 
 
 def block_words(seed: int, position: int, block: torch.Tensor) -> Words:
@@ -197,4 +264,6 @@ def block_words(seed: int, position: int, block: torch.Tensor) -> Words:
     block = checked_index(block, "block")
     if block.numel() and int(block.min()) < 0:
         raise InvalidValueError("block indices must be >= 0")
-    return layout_words(seed, position, block, small=False)
+    words = layout_words(seed, position, block.reshape(-1)).bitwise_and_(_MASK32)
+    w0, w2, w1, w3 = (row.reshape(block.shape) for row in words)
+    return w0, w1, w2, w3

@@ -9,7 +9,6 @@ same values, bit for bit.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
 
 import torch
 
@@ -18,22 +17,27 @@ from hwrng._philox import _triton as fused
 from hwrng._philox._index import Indices, ShardIndices
 from hwrng._philox._parameters import check_parameters
 
-__all__ = ["bernoulli_mask", "drawer", "normal", "trunc_normal", "uniform"]
+__all__ = ["Draw", "bernoulli_mask", "drawer", "normal", "trunc_normal", "uniform"]
 
-_R = TypeVar("_R")
+#: what :func:`drawer` returns: ``draw(seed, position, index, out=None)``
+Draw = Callable[..., torch.Tensor]
 
 
 def _dispatch(
     index: Indices,
-    on_shard: Callable[[ShardIndices], _R] | None,
-    on_index: Callable[[torch.Tensor], _R],
-) -> _R:
-    """``on_shard(index)`` where the fused kernel serves the shard, else ``on_index(flat)``."""
-    if isinstance(index, ShardIndices):
-        if on_shard is not None and fused.available(index.device):
-            return on_shard(index)
-        return on_index(index.flat())
-    return on_index(index)
+    on_shard: Callable[[ShardIndices], torch.Tensor],
+    generic_path: Callable[[Indices], torch.Tensor],
+    out: torch.Tensor | None,
+) -> torch.Tensor:
+    """``on_shard(index)`` where the fused kernel serves the shard, else the generic path.
+
+    The fused kernel's values are copied into ``out`` when one is given; the
+    generic path writes into it directly.
+    """
+    if isinstance(index, ShardIndices) and fused.available(index.device):
+        values = on_shard(index)
+        return values if out is None else out.copy_(values)
+    return generic_path(index)
 
 
 def uniform(
@@ -44,6 +48,7 @@ def uniform(
     *,
     low: float = 0.0,
     high: float = 1.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Uniform values in ``[low, high)`` for the elements at global flat indices ``index``.
 
@@ -60,6 +65,9 @@ def uniform(
         float32, float64, float16 or bfloat16.
     low, high : float
         Finite bounds within the dtype's range, ``low <= high``.
+    out : torch.Tensor, optional
+        Where to write the values: contiguous, of ``index``'s shape and device
+        (and, but for the mask, of ``dtype``).
 
     Returns
     -------
@@ -75,7 +83,8 @@ def uniform(
     return _dispatch(
         index,
         lambda s: fused.uniform(seed, position, s.dims, s.shape, dtype, low=low, high=high),
-        lambda i: generic.uniform(seed, position, i, dtype, low=low, high=high),
+        lambda i: generic.uniform(seed, position, i, dtype, low=low, high=high, out=out),
+        out,
     )
 
 
@@ -87,6 +96,7 @@ def normal(
     *,
     mean: float = 0.0,
     std: float = 1.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Normal values (Box-Muller within a block) for the elements at global flat indices ``index``.
 
@@ -103,6 +113,9 @@ def normal(
         float32, float64, float16 or bfloat16.
     mean, std : float
         Finite; ``std >= 0``.
+    out : torch.Tensor, optional
+        Where to write the values: contiguous, of ``index``'s shape and device
+        (and, but for the mask, of ``dtype``).
 
     Returns
     -------
@@ -113,12 +126,18 @@ def normal(
     return _dispatch(
         index,
         lambda s: fused.normal(seed, position, s.dims, s.shape, dtype, mean=mean, std=std),
-        lambda i: generic.normal(seed, position, i, dtype, mean=mean, std=std),
+        lambda i: generic.normal(seed, position, i, dtype, mean=mean, std=std, out=out),
+        out,
     )
 
 
 def bernoulli_mask(
-    seed: int, position: int, index: Indices, p: float | torch.Tensor
+    seed: int,
+    position: int,
+    index: Indices,
+    p: float | torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """A boolean mask, true with probability ``p``, for the elements at global indices ``index``.
 
@@ -134,6 +153,9 @@ def bernoulli_mask(
     p : float or torch.Tensor
         The probability of true, in ``[0, 1]``: one number, or a floating tensor
         of per-element probabilities that broadcasts to ``index``'s shape.
+    out : torch.Tensor, optional
+        Where to write the values: contiguous, of ``index``'s shape and device
+        (and, but for the mask, of ``dtype``).
 
     Returns
     -------
@@ -144,7 +166,8 @@ def bernoulli_mask(
     return _dispatch(
         index,
         lambda s: fused.bernoulli_mask(seed, position, s.dims, s.shape, p),
-        lambda i: generic.bernoulli_mask(seed, position, i, p),
+        lambda i: generic.bernoulli_mask(seed, position, i, p, out=out),
+        out,
     )
 
 
@@ -158,14 +181,14 @@ def trunc_normal(
     std: float = 1.0,
     a: float = -2.0,
     b: float = 2.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Normal values truncated to ``[a, b]``, by inverse CDF (one draw an element, no rejection).
 
     As ``torch.nn.init.trunc_normal_``: ``a`` and ``b`` are absolute bounds.
     When ``[a, b]`` lies more than about 38 standard deviations from the mean,
     float64 cannot tell the probabilities apart and the values collapse onto
-    the bound nearer the mean. The fused kernel does not compute it: a shard
-    always takes the generic path.
+    the bound nearer the mean.
 
     Parameters
     ----------
@@ -180,6 +203,9 @@ def trunc_normal(
         float32, float64, float16 or bfloat16.
     mean, std, a, b : float
         Finite; ``std > 0`` and ``a < b``.
+    out : torch.Tensor, optional
+        Where to write the values: contiguous, of ``index``'s shape and device
+        (and, but for the mask, of ``dtype``).
 
     Returns
     -------
@@ -189,29 +215,47 @@ def trunc_normal(
     """
     return _dispatch(
         index,
-        None,
-        lambda i: generic.trunc_normal(seed, position, i, dtype, mean=mean, std=std, a=a, b=b),
+        lambda s: fused.trunc_normal(
+            seed, position, s.dims, s.shape, dtype, mean=mean, std=std, a=a, b=b
+        ),
+        lambda i: generic.trunc_normal(
+            seed, position, i, dtype, mean=mean, std=std, a=a, b=b, out=out
+        ),
+        out,
     )
 
 
-def drawer(
-    op: str, dtype: torch.dtype, **parameters: float | torch.Tensor
-) -> Callable[[int, int, Indices], torch.Tensor]:
+def drawer(op: str, dtype: torch.dtype, **parameters: float | torch.Tensor) -> Draw:
     """Check ``op``'s parameters for ``dtype`` now; return what draws its values later.
 
     ``op`` is ``"uniform"``, ``"normal"``, ``"trunc_normal"`` or ``"bernoulli"``
     (whose 0/1 mask is cast to ``dtype``). The returned function takes ``(seed,
-    position, index)``. Checking up front lets a caller refuse bad input before
-    it moves a generator to draw.
+    position, index, out=None)``: with ``out`` (contiguous, of ``dtype`` and
+    the index's shape) it writes the values there. Checking up front lets a
+    caller refuse bad input before it moves a generator to draw.
     """
     check_parameters(op, dtype, **parameters)
     if op == "bernoulli":
         p = parameters["p"]
-        return lambda seed, position, index: bernoulli_mask(seed, position, index, p).to(dtype)
+
+        def mask(
+            seed: int, position: int, index: Indices, out: torch.Tensor | None = None
+        ) -> torch.Tensor:
+            if out is not None:
+                return bernoulli_mask(seed, position, index, p, out=out)
+            return bernoulli_mask(seed, position, index, p).to(dtype)
+
+        return mask
     fills: dict[str, Callable[..., torch.Tensor]] = {
         "uniform": uniform,
         "normal": normal,
         "trunc_normal": trunc_normal,
     }
     fill = fills[op]
-    return lambda seed, position, index: fill(seed, position, index, dtype, **parameters)
+
+    def draw(
+        seed: int, position: int, index: Indices, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return fill(seed, position, index, dtype, out=out, **parameters)
+
+    return draw

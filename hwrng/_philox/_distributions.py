@@ -3,62 +3,25 @@
 Every value is a pure function of (seed, position, element index), computed
 in plain torch ops, so it runs on every torch device and gives the same bits
 on all of them. The words come from :mod:`hwrng._philox._bits` (the counter
-layout), the float kernels from :mod:`hwrng._philox._math`.
+layout); the float kernels from :mod:`hwrng._philox._math32` (float32,
+float16 and bfloat16 results, in float32 and integer operations only) and
+:mod:`hwrng._philox._math` (float64 results). The bit-to-float mapping is the
+contract written out in ``docs/invariant.md`` ("The contract"), version
+:data:`~hwrng._philox._contract.CONTRACT_VERSION`; in short, for an element
+of global flat index ``e``:
 
-Bit-to-float mapping (a contract)
----------------------------------
-``e`` is an element's global flat index (row-major in the global shape),
-``m`` a dtype's precision in bits (float32: 24, float16: 11, bfloat16: 8), and
-``r64(x)`` the float64 nearest ``x`` (ties to even). Every float operation is
-one IEEE operation (``+ - * /`` and ``sqrt``, correctly rounded), done as a
-separate op in the order written, never fused into a multiply-add; every
-narrowing conversion rounds to nearest even.
+* float32/float16/bfloat16: block ``e // 4``, its word ``e % 4`` (normal: the
+  pair ``(e % 4) // 2``, Box-Muller); every float operation in float32, the
+  result rounded to the dtype last;
+* float64: block ``e // 2``, two words an element, float64 operations;
+* Bernoulli: ``w < round(p * 2**32)`` on the word of float32 uniform.
 
-uniform, float32 / float16 / bfloat16
-    word ``w = w[e % 4]`` of block ``e // 4``; ``u = (w >> (32 - m)) * 2**-m``,
-    exact in the dtype. For ``(low, high) = (0, 1)`` the value is ``u``.
-    Otherwise ``v = r64(r64(u * r64(high - low)) + low)`` in float64, rounded
-    to float32 (float16 and bfloat16: to float32 first, then to the dtype).
-    The result is then clamped to ``[lo, hi]``, where ``lo`` is the smallest
-    value of the dtype ``>= low`` and ``hi`` the largest ``< high``: so a
-    value that rounding carried up to ``high`` (or below ``low``) moves to the
-    nearest value inside ``[low, high)``. ``low == high`` gives ``low``.
-uniform, float64
-    block ``e // 2``, words ``a = w[2 * (e % 2)]``, ``b = w[2 * (e % 2) + 1]``;
-    ``k = (a >> 5) * 2**26 + (b >> 6)`` (53 bits), ``u = k * 2**-53``; the
-    affine step as above in float64, clamped to the largest double ``< high``.
-normal, float32 / float16 / bfloat16 (Box-Muller within a block)
-    block ``e // 4``, pair ``j = (e % 4) // 2``, words ``a = w[2j]``,
-    ``b = w[2j + 1]``: ``u1 = (a + 1) * 2**-32`` in ``(0, 1]`` and the angle
-    ``2 pi b / 2**32``; ``z = sqrt(-2 ln u1) * (cos if e is even else sin)``
-    of that angle; ``v = r64(r64(z * std) + mean)``, rounded to float32
-    (half types: then to the dtype).
-normal, float64
-    block ``e // 2``; ``u1 = (k01 + 1) * 2**-53`` with ``k01`` the 53-bit
-    integer of words 0 and 1 (as for uniform), the angle ``2 pi k23 / 2**53``
-    from words 2 and 3; ``e % 2`` picks cos (0) or sin (1).
-Bernoulli
-    the word of float32 uniform; true iff ``w < t`` with the integer threshold
-    ``t = round_half_even(p * 2**32)`` (so ``p = 0`` never and ``p = 1``
-    always; ``p`` is exact in float64, tensor probabilities are converted to
-    float64 first).
-truncated normal (``torch.nn.init.trunc_normal_`` with absolute bounds a, b)
-    by inverse CDF, one draw per element, no rejection. ``alpha = (a - mean) /
-    std``, ``beta = (b - mean) / std``; if ``alpha + beta > 0`` the problem is
-    mirrored (``alpha, beta = -beta, -alpha`` and the result negated) so that
-    the probabilities used are the small, precisely represented ones. ``P0 =
-    Phi(alpha)`` and ``D = Phi(beta) - Phi(alpha)`` are computed once on the
-    host in exact decimal arithmetic and rounded to float64. float32/16/bf16:
-    ``u = (2 w + 1) * 2**-33`` from the float32 word; float64: ``u = (2 k + 1)
-    * 2**-53`` with ``k = (a >> 6) * 2**26 + (b >> 6)`` (52 bits) from the
-    float64 words. ``x = Phi^-1(r64(r64(u * D) + P0))`` (negated if
-    mirrored), ``v = r64(r64(x * std) + mean)`` clamped to ``[a, b]`` in
-    float64, rounded as for normal and clamped again to the dtype's values in
-    ``[a, b]``.
-
-Bit-identity across devices rests on correctly rounded float64 ``+ - * /
-sqrt`` and round-to-nearest-even conversions -- true of torch's CPU and CUDA
-kernels; a device without float64 arithmetic cannot run the float ops here.
+How the work is laid out does not enter the values: the blocks of a batch
+are computed together (six tensor ops a Philox round for the whole batch), in
+batches (chunks) that keep the temporaries in the CPU's cache; values depend
+on the element's index only, so the chunk size never changes them (tested).
+No op here creates a float64 tensor for a float32, float16 or bfloat16
+result (tested with a dispatch mode that refuses them).
 """
 
 from __future__ import annotations
@@ -68,8 +31,18 @@ from collections.abc import Callable
 import torch
 
 from hwrng._exceptions import InvalidValueError
-from hwrng._philox._bits import Words, layout_words
-from hwrng._philox._math import ln, ndtri, phi_interval, sincos_turns
+from hwrng._philox import _math32 as m32
+from hwrng._philox._bits import MASK32, Rounds, layout_words
+from hwrng._philox._index import Indices, ShardIndices, check_dim_indices, index_shape
+from hwrng._philox._math import (
+    TailScale,
+    ln,
+    ndtri,
+    phi_interval,
+    sincos_turns,
+    sqrt,
+    tail_scale,
+)
 from hwrng._philox._parameters import (
     PRECISION,
     checked_index,
@@ -83,80 +56,199 @@ from hwrng._philox._parameters import (
 
 __all__ = ["bernoulli_mask", "normal", "trunc_normal", "uniform"]
 
-_Table = Callable[[Words], torch.Tensor]
+#: writes the values of a batch of ``n`` blocks, from their ``(4, n)`` words (high halves
+#: garbage, free to overwrite), into ``dest`` of shape ``(n, per_block)``
+_Table = Callable[[torch.Tensor, torch.Tensor], None]
+_F32 = torch.float32
 
-# Elements per chunk. On the CPU a chunk's temporaries stay in the last-level cache (2-4x
+# Blocks per batch. On the CPU a batch's temporaries stay in the last-level cache (2-4x
 # faster than whole-tensor passes, measured) while each op is still large enough to run on
-# every core; elsewhere chunks only bound the temporaries' memory.
-_CPU_CHUNK = 1 << 19
-_DEVICE_CHUNK = 1 << 22
+# every core; elsewhere batches only bound the temporaries' memory.
+_CPU_BLOCKS = 1 << 16
+_DEVICE_BLOCKS = 1 << 20
+# a run of consecutive indices at least this long is drawn on its own
+_LONG_RUN = 1 << 14
 
 
-def _element_values(
-    seed: int, position: int, e: torch.Tensor, per_block: int, table: _Table
-) -> torch.Tensor:
-    """The values of elements ``e`` (1-D, non-empty), ``per_block`` elements to a block.
+def _batch_blocks(device: torch.device) -> int:
+    host = torch.default_generator.device.type  # the host's memory: batches sized to its cache
+    return _CPU_BLOCKS if device.type == host else _DEVICE_BLOCKS
 
-    ``table`` maps a batch of blocks' words to their elements' values, shape
-    ``(blocks, per_block)``. Each block is computed once: for one contiguous
-    run of indices (the usual shard) the values are a slice of the table; for
-    any other index set the blocks are deduplicated with ``unique_consecutive``
-    (neighbours share blocks) and the values gathered.
-    """
-    shift = per_block.bit_length() - 1
+
+def _contiguous_run(e: torch.Tensor) -> bool:
+    """Whether the 1-D indices ``e`` (non-empty) are ``first, first + 1, ...``."""
     count = e.numel()
     first, last = int(e[0]), int(e[-1])
-    if (
+    return (
         first >= 0
         and last - first == count - 1
         and (
             count <= 2
             or torch.equal(e, torch.arange(count, dtype=torch.int64, device=e.device).add_(first))
         )
-    ):
-        start, stop = first >> shift, last >> shift
-        blocks = torch.arange(start, stop + 1, dtype=torch.int64, device=e.device)
-        values = table(layout_words(seed, position, blocks, small=stop < 2**32))
-        offset = first - (start << shift)
-        return values.reshape(-1)[offset : offset + count]
+    )
+
+
+def _run_values(
+    out: torch.Tensor,
+    first: int,
+    *,
+    seed: int,
+    position: int,
+    shift: int,
+    table: _Table,
+    rounds: Rounds,
+) -> None:
+    """Fill ``out`` (1-D) with the values of elements ``first, first + 1, ...``, batch by batch."""
+    per_block = 1 << shift
+    count = out.numel()
+    batch = _batch_blocks(out.device) << shift
+    start = 0
+    while start < count:
+        # batches end on multiples of the batch size in global indices, so all but the
+        # first and the last cover whole blocks and are written without a copy
+        e = first + start
+        stop = min(count, (e // batch + 1) * batch - first)
+        low, high = e >> shift, (first + stop - 1) >> shift
+        words = layout_words(
+            seed, position, rounds.block_range(low, high + 1), rounds=rounds, largest=high
+        )
+        offset = e - (low << shift)
+        target = out[start:stop]
+        if offset == 0 and target.numel() == (high + 1 - low) << shift:
+            table(words, target.view(-1, per_block))
+        else:  # a batch that starts or ends inside a block
+            values = torch.empty((high + 1 - low, per_block), dtype=out.dtype, device=out.device)
+            table(words, values)
+            target.copy_(values.view(-1)[offset : offset + target.numel()])
+        start = stop
+
+
+def _scattered_values(
+    out: torch.Tensor, e: torch.Tensor, *, seed: int, position: int, shift: int, table: _Table
+) -> None:
+    """Fill ``out`` with the values of elements ``e`` (1-D, any order), each block once."""
+    per_block = 1 << shift
     blocks, where = torch.unique_consecutive(e >> shift, return_inverse=True)
     low, high = torch.aminmax(blocks)
     if int(low) < 0:
         raise InvalidValueError("global indices must be >= 0")
-    values = table(layout_words(seed, position, blocks, small=int(high) < 2**32))
-    return values.reshape(-1).take((where << shift).add_(e & (per_block - 1)))
+    words = layout_words(seed, position, blocks, largest=int(high))
+    values = torch.empty((blocks.numel(), per_block), dtype=out.dtype, device=out.device)
+    table(words, values)
+    out.copy_(values.view(-1).take((where << shift).add_(e & (per_block - 1))))
 
 
 def _draw(
     seed: int,
     position: int,
-    index: torch.Tensor,
+    index: Indices,
     per_block: int,
     *,
     dtype: torch.dtype,
     table: _Table,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Values of dtype ``dtype`` for every element of ``index``, in ``index``'s shape."""
+    """The values of every element of ``index``, in its shape: into ``out``, or a new tensor.
+
+    A shard given by its per-dim vectors is drawn run by run when it is runs
+    of consecutive indices (rows of a row-major tensor), without building its
+    index tensor; any other index set block by block, each block once.
+    """
+    shape = index_shape(index)
+    device = index.device
+    if out is None:
+        out = torch.empty(shape, dtype=dtype, device=device)
+    elif tuple(out.shape) != shape or not out.is_contiguous() or out.device != device:
+        raise InvalidValueError(
+            f"out must be a contiguous tensor of shape {shape} on {device}, got "
+            f"{tuple(out.shape)} on {out.device}"
+        )
+    flat_out = out.view(-1)
+    if flat_out.numel() == 0:
+        return out
+    shift = per_block.bit_length() - 1
+    rounds = Rounds(seed & MASK32, seed >> 32, device)
+    if isinstance(index, ShardIndices):
+        runs = index.runs()
+        # long runs one by one; many short ones (a column shard) as one index set, whose
+        # neighbours share blocks, rather than one batch of tensor ops per short run
+        if runs is not None and (len(runs) == 1 or runs[0][1] >= _LONG_RUN):
+            length = runs[0][1]
+            for i, (start, _) in enumerate(runs):
+                target = flat_out[i * length : (i + 1) * length]
+                _run_values(
+                    target,
+                    start,
+                    seed=seed,
+                    position=position,
+                    shift=shift,
+                    table=table,
+                    rounds=rounds,
+                )
+            return out
+        index = index.flat()
     flat = index.reshape(-1)
-    count = flat.numel()
-    if count == 0:
-        return torch.empty(index.shape, dtype=dtype, device=index.device)
-    chunk = _CPU_CHUNK if flat.device.type == "cpu" else _DEVICE_CHUNK
-    if count <= chunk:
-        return _element_values(seed, position, flat, per_block, table).reshape(index.shape)
-    out = torch.empty(count, dtype=dtype, device=index.device)
-    for start in range(0, count, chunk):
-        part = flat[start : start + chunk]
-        out[start : start + part.numel()] = _element_values(seed, position, part, per_block, table)
-    return out.reshape(index.shape)
+    if _contiguous_run(flat):
+        _run_values(
+            flat_out,
+            int(flat[0]),
+            seed=seed,
+            position=position,
+            shift=shift,
+            table=table,
+            rounds=rounds,
+        )
+        return out
+    batch = _batch_blocks(device) << shift
+    for start in range(0, flat.numel(), batch):
+        part = flat[start : start + batch]
+        target = flat_out[start : start + part.numel()]
+        _scattered_values(target, part, seed=seed, position=position, shift=shift, table=table)
+    return out
 
 
-def _round_to(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """float64 values rounded to ``dtype``: to float32 first, then to a half type."""
-    if dtype == torch.float64:
-        return values
-    single = values.to(torch.float32)
-    return single if dtype == torch.float32 else single.to(dtype)
+def checked_indices(index: Indices) -> Indices:
+    """An index tensor as int64, or a shard's per-dim vectors, once checked; or raise."""
+    if isinstance(index, ShardIndices):
+        check_dim_indices(index.dims, index.shape)
+        return index
+    return checked_index(index)
+
+
+def _words(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch's words ``w0, w1, w2, w3`` (its rows are ``w0, w2, w1, w3``), masked to 32 bits."""
+    w0, w2, w1, w3 = words.bitwise_and_(MASK32)
+    return w0, w1, w2, w3
+
+
+def _to_lanes(rows: torch.Tensor, dest: torch.Tensor) -> None:
+    """Per-word values, in the words' row order ``w0, w2, w1, w3``, into ``dest`` ``(n, 4)``.
+
+    Element ``4 b + j`` takes word ``j`` of block ``b``: the even words' rows
+    go to lanes 0 and 2, the odd words' to lanes 1 and 3 (each a strided write,
+    several times faster than one transposed copy on the CPU).
+    """
+    dest[:, 0::2].copy_(rows[:2].t())
+    dest[:, 1::2].copy_(rows[2:].t())
+
+
+def _single(dest: torch.Tensor) -> torch.Tensor:
+    """Where a table computes float32 values for ``dest``: ``dest`` itself, or a float32 buffer."""
+    if dest.dtype == _F32:
+        return dest
+    return torch.empty(dest.shape, dtype=_F32, device=dest.device)
+
+
+def _finish(single: torch.Tensor, dest: torch.Tensor) -> None:
+    """The float32 values of :func:`_single` rounded into ``dest`` (if they are not in it)."""
+    if single is not dest:
+        dest.copy_(single)
+
+
+def _store_rows(rows: torch.Tensor, dest: torch.Tensor) -> None:
+    """``(per_block, n)`` rows of values into ``dest``, ``(n, per_block)``."""
+    dest.copy_(rows.t())
 
 
 def _bits53(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -167,11 +259,12 @@ def _bits53(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def uniform(
     seed: int,
     position: int,
-    index: torch.Tensor,
+    index: Indices,
     dtype: torch.dtype,
     *,
     low: float = 0.0,
     high: float = 1.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Uniform values in ``[low, high)`` for the elements at global flat indices ``index``.
 
@@ -181,18 +274,22 @@ def uniform(
         The 64-bit seed, in ``[0, 2**64)``.
     position : int
         The op's position, in ``[0, 2**63)``.
-    index : torch.Tensor
-        Global flat element indices (integers ``>= 0``, any shape, any device).
+    index : torch.Tensor or ShardIndices
+        Global flat element indices (integers ``>= 0``, any shape, any device),
+        or a shard's description by per-dim index vectors.
     dtype : torch.dtype
         float32, float64, float16 or bfloat16.
     low, high : float
         Finite bounds within the dtype's range, ``low <= high``.
 
+    out : torch.Tensor, optional
+        Where to write the values (contiguous, of ``index``'s shape and device).
+
     Returns
     -------
     torch.Tensor
-        Values of ``dtype`` on ``index``'s device, in ``index``'s shape; see the
-        module's bit-to-float mapping.
+        Values of ``dtype`` (or ``out``) on ``index``'s device, in ``index``'s
+        shape; see the module's bit-to-float mapping.
 
     Examples
     --------
@@ -200,46 +297,59 @@ def uniform(
     [0.8660249710083008, 0.5133486986160278, 0.7006868720054626]
     """
     seed, position = checked_seed_position(seed, position)
-    index = checked_index(index)
+    index = checked_indices(index)
     low, high, lo, hi = uniform_parameters(dtype, low, high)
     if low == high:
-        return torch.full(index.shape, low, dtype=dtype, device=index.device)
+        if out is None:
+            return torch.full(index_shape(index), low, dtype=dtype, device=index.device)
+        return out.fill_(low)
     width = high - low
     unit = low == 0.0 and high == 1.0
 
     if dtype == torch.float64:
 
-        def table(words: Words) -> torch.Tensor:
-            w0, w1, w2, w3 = words
-            u = torch.stack((_bits53(w0, w1), _bits53(w2, w3)), 1).to(torch.float64)
+        def table(words: torch.Tensor, dest: torch.Tensor) -> None:
+            w0, w1, w2, w3 = _words(words)
+            u = torch.stack((_bits53(w0, w1), _bits53(w2, w3))).to(torch.float64)
             u.mul_(2.0**-53)
-            if unit:
-                return u
-            return u.mul_(width).add_(low).clamp_(max=hi)
+            if not unit:
+                u.mul_(width).add_(low).clamp_(max=hi)
+            _store_rows(u, dest)
 
-        return _draw(seed, position, index, 2, dtype=dtype, table=table)
+        return _draw(seed, position, index, 2, dtype=dtype, table=table, out=out)
 
-    shift = 32 - PRECISION[dtype]
-    scale = 2.0 ** -PRECISION[dtype]
+    # u = k * 2**-m with k the word's top m bits; v = f32(f32(u * W) + L), W = f32(high - low),
+    # L = f32(low). u = (w & top) * 2**-32 exactly; and (w & top) * (W * 2**-32) rounds as
+    # u * W does whenever W * 2**-32 is exact (W >= 2**-94), which saves a pass.
+    top = MASK32 ^ ((1 << (32 - PRECISION[dtype])) - 1)
+    scale, offset = m32.f32(width), m32.f32(low)
+    folded = scale >= 2.0**-94
 
-    def table32(words: Words) -> torch.Tensor:
-        k = torch.stack(words, 1).bitwise_right_shift_(shift)
+    def table32(words: torch.Tensor, dest: torch.Tensor) -> None:
+        u = _single(dest)
+        _to_lanes(words.bitwise_and_(top), u)  # exact: at most 24 significant bits
         if unit:
-            return k.to(dtype).mul_(scale)
-        u = k.to(torch.float64).mul_(scale).mul_(width).add_(low)
-        return _round_to(u, dtype).clamp_(lo, hi)
+            u.mul_(2.0**-32)
+        else:
+            if folded:
+                u.mul_(scale * 2.0**-32)
+            else:
+                u.mul_(2.0**-32).mul_(scale)
+            u.add_(offset).clamp_(lo, hi)
+        _finish(u, dest)
 
-    return _draw(seed, position, index, 4, dtype=dtype, table=table32)
+    return _draw(seed, position, index, 4, dtype=dtype, table=table32, out=out)
 
 
 def normal(
     seed: int,
     position: int,
-    index: torch.Tensor,
+    index: Indices,
     dtype: torch.dtype,
     *,
     mean: float = 0.0,
     std: float = 1.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Normal values (Box-Muller within a block) for the elements at global flat indices ``index``.
 
@@ -249,52 +359,71 @@ def normal(
         The 64-bit seed, in ``[0, 2**64)``.
     position : int
         The op's position, in ``[0, 2**63)``.
-    index : torch.Tensor
-        Global flat element indices (integers ``>= 0``, any shape, any device).
+    index : torch.Tensor or ShardIndices
+        Global flat element indices (integers ``>= 0``, any shape, any device),
+        or a shard's description by per-dim index vectors.
     dtype : torch.dtype
         float32, float64, float16 or bfloat16.
     mean, std : float
         Finite; ``std >= 0``.
 
+    out : torch.Tensor, optional
+        Where to write the values (contiguous, of ``index``'s shape and device).
+
     Returns
     -------
     torch.Tensor
-        Values of ``dtype`` on ``index``'s device, in ``index``'s shape; see the
-        module's bit-to-float mapping.
+        Values of ``dtype`` (or ``out``) on ``index``'s device, in ``index``'s
+        shape; see the module's bit-to-float mapping.
     """
     seed, position = checked_seed_position(seed, position)
-    index = checked_index(index)
+    index = checked_indices(index)
     mean, std = normal_parameters(dtype, mean, std)
-
-    def finish(z: torch.Tensor) -> torch.Tensor:
-        return _round_to(z.mul_(std).add_(mean), dtype)
 
     if dtype == torch.float64:
 
-        def table(words: Words) -> torch.Tensor:
-            w0, w1, w2, w3 = words
+        def table(words: torch.Tensor, dest: torch.Tensor) -> None:
+            w0, w1, w2, w3 = _words(words)
             u1 = _bits53(w0, w1).add_(1).to(torch.float64).mul_(2.0**-53)
-            radius = ln(u1, subnormal=False).mul_(-2.0).sqrt_()
+            radius = sqrt(ln(u1, subnormal=False).mul_(-2.0))
             sin, cos = sincos_turns(_bits53(w2, w3), 53)
-            return finish(torch.stack((cos, sin), 1).mul_(radius.unsqueeze(1)))
+            _store_rows(torch.stack((cos, sin)).mul_(radius).mul_(std).add_(mean), dest)
 
-        return _draw(seed, position, index, 2, dtype=dtype, table=table)
+        return _draw(seed, position, index, 2, dtype=dtype, table=table, out=out)
 
-    def table32(words: Words) -> torch.Tensor:
-        w0, w1, w2, w3 = words
-        columns = []
-        for a, b in ((w0, w1), (w2, w3)):
-            u1 = (a + 1).to(torch.float64).mul_(2.0**-32)
-            radius = ln(u1, subnormal=False).mul_(-2.0).sqrt_()
-            sin, cos = sincos_turns(b, 32)
-            columns += [cos.mul_(radius), sin.mul_(radius)]
-        return finish(torch.stack(columns, 1))
+    scale, offset = m32.f32(std), m32.f32(mean)
 
-    return _draw(seed, position, index, 4, dtype=dtype, table=table32)
+    def table32(words: torch.Tensor, dest: torch.Tensor) -> None:
+        # pairs (w0, w1) and (w2, w3): u1 from the even words (rows 0, 1), the angle from the
+        # odd ones (rows 2, 3)
+        u1 = words[:2].bitwise_and_(MASK32).add_(1).to(_F32).mul_(2.0**-32)
+        radius = m32.sqrt(m32.ln(u1).mul_(-2.0))
+        sin, cos = m32.sincos_turns(words[2:].bitwise_right_shift_(8).bitwise_and_(0xFFFFFF))
+        # rows (cos of pair 0, cos of pair 1, sin of pair 0, sin of pair 1): the lanes' order of
+        # the words' rows, computed in a buffer that stays in the cache, written out once
+        z = torch.empty(words.shape, dtype=_F32, device=words.device)
+        torch.mul(radius, cos, out=z[:2])
+        torch.mul(radius, sin, out=z[2:])
+        if scale != 1.0:  # (multiplying by 1 changes no bit)
+            z.mul_(scale)
+        _to_lanes(z.add_(offset), dest)
+
+    return _draw(seed, position, index, 4, dtype=dtype, table=table32, out=out)
+
+
+def _thresholds(p: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``round(p * 2**32)`` (ties to even) as int64: exact, in float32 unless ``p`` is float64."""
+    wide = torch.float64 if p.dtype == torch.float64 else _F32
+    return torch.round(p.to(device=device, dtype=wide) * 2.0**32).to(torch.int64)
 
 
 def bernoulli_mask(
-    seed: int, position: int, index: torch.Tensor, p: float | torch.Tensor
+    seed: int,
+    position: int,
+    index: Indices,
+    p: float | torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """A boolean mask, true with probability ``p``, for the elements at global indices ``index``.
 
@@ -304,11 +433,15 @@ def bernoulli_mask(
         The 64-bit seed, in ``[0, 2**64)``.
     position : int
         The op's position, in ``[0, 2**63)``.
-    index : torch.Tensor
-        Global flat element indices (integers ``>= 0``, any shape, any device).
+    index : torch.Tensor or ShardIndices
+        Global flat element indices (integers ``>= 0``, any shape, any device),
+        or a shard's description by per-dim index vectors.
     p : float or torch.Tensor
         The probability of true, in ``[0, 1]``: one number, or a floating tensor
         of per-element probabilities that broadcasts to ``index``'s shape.
+    out : torch.Tensor, optional
+        Where to write the mask (contiguous, of ``index``'s shape and device,
+        any dtype: true is 1).
 
     Returns
     -------
@@ -317,35 +450,48 @@ def bernoulli_mask(
         for each element's word ``w`` (``p = 0``: all false; ``p = 1``: all true).
     """
     seed, position = checked_seed_position(seed, position)
-    index = checked_index(index)
+    index = checked_indices(index)
     single = probability(p)
     if isinstance(p, torch.Tensor):
-        if not probabilities_broadcast(p.shape, index.shape):
+        shape = index_shape(index)
+        if not probabilities_broadcast(p.shape, shape):
             raise InvalidValueError(
                 f"probabilities of shape {tuple(p.shape)} do not broadcast to the index's "
-                f"shape {tuple(index.shape)}"
+                f"shape {shape}"
             )
         words = _draw(
-            seed, position, index, 4, dtype=torch.int64, table=lambda w: torch.stack(w, 1)
+            seed,
+            position,
+            index,
+            4,
+            dtype=torch.int64,
+            table=lambda w, dest: _to_lanes(w.bitwise_and_(MASK32), dest),
         )
-        limits = torch.round(p.to(device=index.device, dtype=torch.float64) * 2.0**32)
-        return words < limits.to(torch.int64)
+        mask = words < _thresholds(p, index.device)
+        return mask if out is None else out.copy_(mask)
     threshold = round(single * 2**32)
     return _draw(
-        seed, position, index, 4, dtype=torch.bool, table=lambda w: torch.stack(w, 1) < threshold
+        seed,
+        position,
+        index,
+        4,
+        dtype=torch.bool,
+        table=lambda w, dest: _to_lanes(w.bitwise_and_(MASK32).lt_(threshold), dest),
+        out=out,
     )
 
 
 def trunc_normal(
     seed: int,
     position: int,
-    index: torch.Tensor,
+    index: Indices,
     dtype: torch.dtype,
     *,
     mean: float = 0.0,
     std: float = 1.0,
     a: float = -2.0,
     b: float = 2.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Normal values truncated to ``[a, b]``, by inverse CDF (one draw an element, no rejection).
 
@@ -360,8 +506,9 @@ def trunc_normal(
         The 64-bit seed, in ``[0, 2**64)``.
     position : int
         The op's position, in ``[0, 2**63)``.
-    index : torch.Tensor
-        Global flat element indices (integers ``>= 0``, any shape, any device).
+    index : torch.Tensor or ShardIndices
+        Global flat element indices (integers ``>= 0``, any shape, any device),
+        or a shard's description by per-dim index vectors.
     dtype : torch.dtype
         float32, float64, float16 or bfloat16.
     mean, std, a, b : float
@@ -374,38 +521,62 @@ def trunc_normal(
         shape; see the module's bit-to-float mapping.
     """
     seed, position = checked_seed_position(seed, position)
-    index = checked_index(index)
+    index = checked_indices(index)
     mean, std, a, b, lo, hi = trunc_normal_parameters(dtype, mean, std, a, b)
     alpha, beta = (a - mean) / std, (b - mean) / std
     mirror = alpha + beta > 0
     if mirror:
         alpha, beta = -beta, -alpha
-    base, width = phi_interval(alpha, beta)
-
-    def finish(u: torch.Tensor) -> torch.Tensor:
-        x = ndtri(u.mul_(width).add_(base))
-        if mirror:
-            x.neg_()
-        values = x.mul_(std).add_(mean).clamp_(a, b)
-        return _round_to(values, dtype).clamp_(lo, hi)
 
     if dtype == torch.float64:
+        base, width = phi_interval(alpha, beta)
 
-        def table(words: Words) -> torch.Tensor:
-            w0, w1, w2, w3 = words
+        def table(words: torch.Tensor, dest: torch.Tensor) -> None:
+            w0, w1, w2, w3 = _words(words)
             k = torch.stack(
                 (
                     (w0 >> 6).bitwise_left_shift_(26).bitwise_or_(w1 >> 6),
                     (w2 >> 6).bitwise_left_shift_(26).bitwise_or_(w3 >> 6),
-                ),
-                1,
+                )
             )
-            return finish(k.mul_(2).add_(1).to(torch.float64).mul_(2.0**-53))
+            u = k.mul_(2).add_(1).to(torch.float64).mul_(2.0**-53)
+            x = ndtri(u.mul_(width).add_(base))
+            if mirror:
+                x.neg_()
+            _store_rows(x.mul_(std).add_(mean).clamp_(a, b).clamp_(lo, hi), dest)
 
-        return _draw(seed, position, index, 2, dtype=dtype, table=table)
+        return _draw(seed, position, index, 2, dtype=dtype, table=table, out=out)
 
-    def table32(words: Words) -> torch.Tensor:
-        k = torch.stack(words, 1).mul_(2).add_(1)
-        return finish(k.to(torch.float64).mul_(2.0**-33))
+    scaled = tail_scale(alpha, beta)
+    scale, offset = m32.f32(std), m32.f32(mean)
 
-    return _draw(seed, position, index, 4, dtype=dtype, table=table32)
+    def table32(words: torch.Tensor, dest: torch.Tensor) -> None:
+        w = words.bitwise_and_(MASK32)
+        u = (w * 2).add_(1).to(_F32).mul_(2.0**-33)
+        p = u.mul_(scaled.width).add_(scaled.base)
+        x = _ndtri32(p, w, scaled)
+        if mirror:
+            x.neg_()
+        _to_lanes(x.mul_(scale).add_(offset).clamp_(lo, hi), dest)
+
+    return _draw(seed, position, index, 4, dtype=dtype, table=table32, out=out)
+
+
+def _ndtri32(p: torch.Tensor, w: torch.Tensor, scaled: TailScale) -> torch.Tensor:
+    """``Phi^-1`` of the truncated normal's probabilities ``p * 2**-shift`` (float32).
+
+    ``w`` are the words ``p`` came from: the upper tail is computed from the
+    complement ``1 - p``, drawn from ``2**32 - 1 - w`` (the complementary
+    uniform) so that it keeps float32's relative precision.
+    """
+    if scaled.shift:  # every p lies below 1/16: the lower tail, scaled back by 2**-shift
+        t = m32.sqrt(m32.ln(p, -scaled.shift).neg_())
+        return m32.ndtri_tail(t).neg_()
+    q = p - 0.5
+    lower = q.view(torch.int32) >> 31  # -1 where q < 0 (q is never -0)
+    complement = (w.neg().add_(MASK32).mul_(2).add_(1)).to(_F32).mul_(2.0**-33)
+    complement.mul_(scaled.width).add_(scaled.upper)
+    tail_p = m32.select(lower, p, complement)
+    tail = m32.negate_where(lower, m32.ndtri_tail(m32.sqrt(m32.ln(tail_p).neg_())))
+    outside = m32.less_than(m32.CENTRAL_LIMIT_BITS, q)
+    return m32.select(outside, tail, m32.ndtri_central(q))

@@ -16,7 +16,14 @@ import torch
 from hwrng._exceptions import InvalidValueError
 from hwrng._philox._parameters import checked_index, checked_word
 
-__all__ = ["Indices", "ShardIndices", "check_dim_indices", "flat_index", "flat_index_of_checked"]
+__all__ = [
+    "Indices",
+    "ShardIndices",
+    "check_dim_indices",
+    "flat_index",
+    "flat_index_of_checked",
+    "index_shape",
+]
 
 
 def flat_index(dim_indices: Sequence[torch.Tensor], global_shape: Sequence[int]) -> torch.Tensor:
@@ -111,6 +118,54 @@ class ShardIndices:
         """The global flat index of every element, in the shard's shape."""
         return flat_index(self.dims, self.shape)
 
+    def runs(self, most: int = 4096) -> list[tuple[int, int]] | None:
+        """The shard's elements as runs of consecutive global indices, in the shard's order.
+
+        Returns ``(start, length)`` pairs, all of one length, whose
+        concatenation is :meth:`flat` -- found from the per-dim vectors alone,
+        without building the shard's index tensor -- or ``None`` when the
+        shard is not such runs, or would take more than ``most`` of them.
+        (A row-sharded tensor is one run; a column shard, one run a row.)
+        """
+        shape, dims = self.shape, self.dims
+        inner, k = 1, len(shape)
+        while k and _is_range(dims[k - 1], 0, shape[k - 1]):
+            inner *= shape[k - 1]
+            k -= 1
+        if k == 0:
+            return [(0, inner)]
+        vector = dims[k - 1]
+        if vector.numel() == 0 or not _is_range(vector, int(vector[0]), vector.numel()):
+            return None
+        length = vector.numel() * inner
+        count = math.prod(v.numel() for v in dims[: k - 1])
+        if count > most:
+            return None
+        first = int(vector[0]) * inner
+        if k == 1:
+            return [(first, length)]
+        outer = flat_index(list(dims[: k - 1]), shape[: k - 1]).reshape(-1).tolist()
+        row = shape[k - 1] * inner
+        return [(o * row + first, length) for o in outer]
+
+
+def _is_range(vector: torch.Tensor, start: int, length: int) -> bool:
+    """Whether the 1-D ``vector`` is ``start, start + 1, ..., start + length - 1``."""
+    if vector.numel() != length or length == 0:
+        return False
+    if int(vector[0]) != start or int(vector[-1]) != start + length - 1:
+        return False
+    return length <= 2 or torch.equal(
+        vector, torch.arange(start, start + length, dtype=vector.dtype, device=vector.device)
+    )
+
 
 #: what the random ops take: global flat indices, or a shard's per-dim description
 Indices = torch.Tensor | ShardIndices
+
+
+def index_shape(index: Indices) -> tuple[int, ...]:
+    """The shape of the values an op draws for ``index``."""
+    if isinstance(index, ShardIndices):
+        return tuple(v.numel() for v in index.dims)
+    return tuple(index.shape)

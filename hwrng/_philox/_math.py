@@ -34,21 +34,34 @@ import decimal
 import functools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 
 import torch
+
+from hwrng._philox._math32 import f32
 
 __all__ = [
     "LN2_HI",
     "LN2_LO",
     "LN_G",
+    "NDTRI_A",
+    "NDTRI_B",
+    "NDTRI_C",
+    "NDTRI_D",
+    "NDTRI_E",
+    "NDTRI_F",
     "SIN_H",
+    "SQRT_SEED",
+    "TailScale",
     "ln",
     "ndtri",
     "phi",
     "phi_interval",
     "sin_half_pi",
     "sincos_turns",
+    "sqrt",
+    "tail_scale",
 ]
 
 # ln 2 split so that E * LN2_HI is exact for every binary exponent E (|E| < 2**11).
@@ -56,7 +69,6 @@ _LN2 = Fraction(decimal.Decimal("0.693147180559945309417232121458176568075500134
 LN2_HI = float(Fraction(math.floor(_LN2 * 2**42), 2**42))
 LN2_LO = float(_LN2 - Fraction(LN2_HI))
 _SQRT_HALF_BITS = 0x3FE6A09E667F3BCD  # float64 bits of sqrt(1/2)
-_EXPONENT_MASK = 0xFFF << 52
 _TINY = 2.0**-1022
 
 # ln(1 + f) = 2 atanh(s), s = f / (2 + f): the part past 2 s is s * w * G(w), w = s**2,
@@ -84,7 +96,7 @@ SIN_H = (
 )
 # Phi^-1: q * A(r) / B(r), r = 0.425**2 - q**2 for |q| = |p - 1/2| <= 0.425; else with
 # t = sqrt(-ln(min(p, 1 - p))): C(t - 1.6) / D(t - 1.6) for t <= 5, E(t - 5) / F(t - 5) above.
-_NDTRI_A = (
+NDTRI_A = (
     3.3871328727963665,
     133.14554890427803,
     1971.717356546649,
@@ -94,7 +106,7 @@ _NDTRI_A = (
     33440.16262159287,
     2509.9989939375805,
 )
-_NDTRI_B = (
+NDTRI_B = (
     1.0,
     42.314476512125445,
     687.2277704872092,
@@ -104,7 +116,7 @@ _NDTRI_B = (
     28736.594702464714,
     5228.233754805493,
 )
-_NDTRI_C = (
+NDTRI_C = (
     1.4234371107496837,
     4.633274563953665,
     5.778518835015485,
@@ -114,7 +126,7 @@ _NDTRI_C = (
     0.02285818038935912,
     0.0007790051602072133,
 )
-_NDTRI_D = (
+NDTRI_D = (
     1.0,
     2.0552547439858646,
     1.6802475421828094,
@@ -124,7 +136,7 @@ _NDTRI_D = (
     0.0005507473685143131,
     1.0510204509729457e-09,
 )
-_NDTRI_E = (
+NDTRI_E = (
     6.657904643501104,
     5.4622317025881095,
     1.7836607840930394,
@@ -134,7 +146,7 @@ _NDTRI_E = (
     2.7005342002070696e-05,
     1.998349617376758e-07,
 )
-_NDTRI_F = (
+NDTRI_F = (
     1.0,
     0.5995989186583931,
     0.1368063006821919,
@@ -183,6 +195,25 @@ def ln(x: torch.Tensor, subnormal: bool = True) -> torch.Tensor:
     return (half_square - inner).neg_().add_(f).add_(exponent * LN2_HI)
 
 
+#: bits(guess of sqrt(v)) = (bits(v) >> 1) + SQRT_SEED, within 3.5%
+SQRT_SEED = 0x1FF769E1AE000000
+
+
+def sqrt(v: torch.Tensor) -> torch.Tensor:
+    """``sqrt(v)`` for float64 ``v`` normal or zero: Newton's iteration from a bit-level guess.
+
+    torch's CPU ``sqrt`` (MKL's) is not correctly rounded; four steps
+    ``y = (v / y + y) * 0.5`` from a guess within 3.5% give a deterministic
+    result within an ulp, on every device. ``sqrt(0) = 0``.
+    """
+    bits = v.view(torch.int64)
+    y = ((bits >> 1) + SQRT_SEED).view(torch.float64)
+    for _ in range(4):
+        y = (v / y).add_(y).mul_(0.5)
+    y.view(torch.int64).bitwise_and_(((bits - 1) >> 63).bitwise_not_())  # sqrt(0) = 0
+    return y
+
+
 def sin_half_pi(s: torch.Tensor) -> torch.Tensor:
     """``sin(pi * s / 2)`` for float64 ``s`` in ``[0, 1]``."""
     return _poly(SIN_H, s * s).mul_(s)
@@ -211,16 +242,16 @@ def ndtri(p: torch.Tensor) -> torch.Tensor:
     """The inverse standard normal CDF of float64 ``p`` in ``[0, 1]`` (0 and 1 give -/+38.5)."""
     q = p - 0.5
     r = 0.180625 - q * q
-    central = _poly(_NDTRI_A, r).mul_(q).div_(_poly(_NDTRI_B, r))
+    central = _poly(NDTRI_A, r).mul_(q).div_(_poly(NDTRI_B, r))
     lower = q < 0
     tail_p = torch.where(lower, p, 1.0 - p).clamp_(min=math.ulp(0.0))
-    t = ln(tail_p).neg_().sqrt_()
+    t = sqrt(ln(tail_p).neg_())
     near = t - 1.6
     far = t - 5.0
     tail = torch.where(
         t <= 5.0,
-        _poly(_NDTRI_C, near).div_(_poly(_NDTRI_D, near)),
-        _poly(_NDTRI_E, far).div_(_poly(_NDTRI_F, far)),
+        _poly(NDTRI_C, near).div_(_poly(NDTRI_D, near)),
+        _poly(NDTRI_E, far).div_(_poly(NDTRI_F, far)),
     )
     tail = torch.where(lower, -tail, tail)
     return torch.where(q.abs() <= 0.425, central, tail)
@@ -275,6 +306,53 @@ def phi_interval(alpha: float, beta: float) -> tuple[float, float]:
         ctx.rounding = decimal.ROUND_HALF_EVEN
         low, high = _phi_decimal(alpha), _phi_decimal(beta)
         return float(low), float(high - low)
+
+
+@dataclass(frozen=True)
+class TailScale:
+    """The truncated normal's probabilities for the float32 path, scaled into float32's range.
+
+    ``p = u * width + base`` runs over ``[Phi(alpha), Phi(beta)]`` scaled by
+    ``2**shift``, with ``shift`` chosen so that no value is subnormal; ``upper``
+    is ``1 - Phi(beta)`` (0 unless ``shift == 0``). Each is a float32
+    value (and 0 where it is below ``2**-100``: too small to change a sum).
+    """
+
+    shift: int
+    base: float
+    width: float
+    upper: float
+
+
+def _tiny_to_zero(value: float) -> float:
+    return 0.0 if value < 2.0**-100 else value
+
+
+@functools.lru_cache(maxsize=256)
+def tail_scale(alpha: float, beta: float) -> TailScale:
+    """:class:`TailScale` for ``alpha <= beta`` with ``alpha + beta <= 0``, in decimal arithmetic.
+
+    ``shift`` is 0 when ``Phi(beta) > 1/16``; otherwise the one that puts
+    ``Phi(beta) * 2**shift`` in ``(1/4, 1/2]``. The values are rounded to
+    float64, then to float32.
+    """
+    bound = 40.0
+    alpha, beta = max(-bound, min(bound, alpha)), max(-bound, min(bound, beta))
+    with decimal.localcontext() as ctx:
+        ctx.prec = 40 + math.ceil(0.22 * max(alpha * alpha, beta * beta))
+        ctx.rounding = decimal.ROUND_HALF_EVEN
+        low, high = _phi_decimal(alpha), _phi_decimal(beta)
+        shift = 0
+        if high <= decimal.Decimal(1) / 16:
+            while high * 2**shift <= decimal.Decimal(1) / 4:
+                shift += 1
+        scale = decimal.Decimal(2) ** shift
+        return TailScale(
+            shift=shift,
+            base=_tiny_to_zero(f32(float(low * scale))),
+            width=_tiny_to_zero(f32(float((high - low) * scale))),
+            upper=_tiny_to_zero(f32(float(1 - high))) if shift == 0 else 0.0,
+        )
 
 
 def phi(x: float) -> float:

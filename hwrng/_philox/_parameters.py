@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+import struct
 from collections.abc import Callable, Sequence
 
 import torch
@@ -88,17 +89,23 @@ def _finite_floats(**values: float) -> dict[str, float]:
 
 
 def _to_dtype(value: float, dtype: torch.dtype) -> float:
-    """``value`` rounded to ``dtype`` as the ops round (via float32 for the half types)."""
-    t = torch.tensor(value, dtype=torch.float64)
-    if dtype != torch.float64:
-        t = t.to(torch.float32).to(dtype)
-    return float(t)
+    """``value`` rounded to ``dtype`` as the ops round (via float32 for the half types).
+
+    On the host, without a float64 tensor (a float32 result never needs one).
+    """
+    if dtype == torch.float64:
+        return value
+    single: float = struct.unpack("<f", struct.pack("<f", value))[0]
+    return float(torch.tensor(single, dtype=torch.float32).to(dtype))
 
 
 def _step(value: float, dtype: torch.dtype, *, up: bool) -> float:
     """The neighbour of ``value`` (a value of ``dtype``) towards +inf (``up``) or -inf."""
+    towards = math.inf if up else -math.inf
+    if dtype == torch.float64:
+        return math.nextafter(value, towards)
     t = torch.tensor(value, dtype=dtype)
-    return float(torch.nextafter(t, torch.tensor(math.inf if up else -math.inf, dtype=dtype)))
+    return float(torch.nextafter(t, torch.tensor(towards, dtype=dtype)))
 
 
 def _dtype_values_within(

@@ -2,7 +2,7 @@
 # (Triton kernels take untyped, specialised parameters; the public functions are fully typed.)
 # ruff: noqa: PLR0917
 # (Triton device functions take their operands and constants positionally.)
-"""A fused Triton kernel of the Philox ops for CUDA: a shard's uniform, normal, Bernoulli values.
+"""A fused Triton kernel of the Philox ops for CUDA: uniform, normal, Bernoulli, truncated normal.
 
 One launch computes a local shard's values straight from the shard's per-dim
 global index vectors and writes them to the output: no int64 index tensor of
@@ -12,12 +12,25 @@ is the product of their local sizes (never the shard's size).
 
 The counter layout (:mod:`hwrng._philox._bits`), the bit-to-float mapping
 and every float operation are those of the generic path
-(:mod:`hwrng._philox._distributions`) -- the same IEEE operations in the same
-order, with FP contraction off (``enable_fp_fusion=False``) -- so the values
-are bit-identical to the generic path's. The float32-to-bfloat16 rounding is
-done on the bits (round to nearest even, as torch does), so it does not depend
-on the backend's conversion instruction either. Float parameters travel as
-their float64 bit patterns (Triton passes Python floats as float32).
+(:mod:`hwrng._philox._distributions`, the contract in ``docs/invariant.md``)
+-- the same IEEE operations in the same order: float32 alone for float32,
+float16 and bfloat16 results. Where Triton would approximate, the kernel says
+how to round: FP contraction is off (``enable_fp_fusion=False``: no fused
+multiply-add), every division is ``tl.math.fdiv(..., ieee_rounding=True)``
+(Triton's ``/`` on float32 is an approximate division), and no library
+function is called (no ``tl.sqrt``, whose float32 form is approximate:
+hwrng's Newton square root instead). So
+the values are bit-identical to the generic path's. The float32-to-bfloat16
+rounding is done on the bits (round to nearest even, as torch does), so it
+does not depend on the backend's conversion instruction either. Float
+parameters travel as their bit patterns (float32 or float64), never as
+Python floats (which Triton would pass as float32).
+
+Each element's values depend on its global index alone: the launch grid and
+the block size (``BLOCK``) only decide which program computes an element,
+so they never change its value (tested at several block sizes); nor does the
+GPU's number of SMs or a MIG slice, which only change how many programs run
+at once.
 
 Triton is optional: this module imports without it, and ``available()`` then
 says False; the wrappers serve only where ``available()`` is True (the choice
@@ -38,7 +51,7 @@ from typing import Any
 import torch
 
 from hwrng._exceptions import InvalidDeviceError, InvalidValueError
-from hwrng._philox import _math
+from hwrng._philox import _math, _math32
 from hwrng._philox._bits import DOMAIN_FLAG
 from hwrng._philox._index import check_dim_indices, flat_index_of_checked
 from hwrng._philox._parameters import (
@@ -47,6 +60,7 @@ from hwrng._philox._parameters import (
     normal_parameters,
     probabilities_broadcast,
     probability,
+    trunc_normal_parameters,
     uniform_parameters,
 )
 
@@ -60,7 +74,15 @@ except Exception as error:  # a broken install is as good as none
 else:
     _MISSING = None
 
-__all__ = ["MAX_DIMS", "available", "bernoulli_mask", "normal", "uniform", "why_unavailable"]
+__all__ = [
+    "MAX_DIMS",
+    "available",
+    "bernoulli_mask",
+    "normal",
+    "trunc_normal",
+    "uniform",
+    "why_unavailable",
+]
 
 #: The kernel reads up to this many per-dim index vectors (more dims are collapsed to fit).
 MAX_DIMS = 4
@@ -69,7 +91,9 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _BLOCK = 4096 if _INTERPRET else 256
 
 # what the kernel computes (a constexpr)
-_UNIFORM32, _UNIFORM64, _NORMAL32, _NORMAL64, _BERNOULLI, _BERNOULLI_P = range(6)
+(_UNIFORM32, _UNIFORM64, _NORMAL32, _NORMAL64, _BERNOULLI, _BERNOULLI_P, _TRUNC32, _TRUNC64) = (
+    range(8)
+)
 
 
 def why_unavailable(device: torch.device | str | None = None) -> str | None:
@@ -121,7 +145,34 @@ if triton is not None:
     _M1 = tl.constexpr(0xCD9E8D57)
     _W0 = tl.constexpr(0x9E3779B9)
     _W1 = tl.constexpr(0xBB67AE85)
-    _SQRT_HALF_BITS = tl.constexpr(0x3FE6A09E667F3BCD)
+    # float32 constants of _math32 (exact float32 values)
+    _LN2_HI = tl.constexpr(_math32.LN2_HI)
+    _LN2_LO = tl.constexpr(_math32.LN2_LO)
+    _G0, _G1, _G2 = (tl.constexpr(c) for c in _math32.LN_G)
+    _S0, _S1, _S2, _S3 = (tl.constexpr(c) for c in _math32.SIN_S)
+    _C0, _C1, _C2, _C3 = (tl.constexpr(c) for c in _math32.COS_C)
+    _CA0, _CA1, _CA2, _CA3, _CA4 = (tl.constexpr(c) for c in _math32.NDTRI_CENTRAL_A)
+    _CB0, _CB1, _CB2, _CB3, _CB4 = (tl.constexpr(c) for c in _math32.NDTRI_CENTRAL_B)
+    _NA0, _NA1, _NA2, _NA3, _NA4 = (tl.constexpr(c) for c in _math32.NDTRI_NEAR_A)
+    _NB0, _NB1, _NB2, _NB3, _NB4 = (tl.constexpr(c) for c in _math32.NDTRI_NEAR_B)
+    _FA0, _FA1, _FA2, _FA3, _FA4 = (tl.constexpr(c) for c in _math32.NDTRI_FAR_A)
+    _FB0, _FB1, _FB2, _FB3, _FB4 = (tl.constexpr(c) for c in _math32.NDTRI_FAR_B)
+    _R0 = tl.constexpr(_math32.R0)
+    _LIMIT = tl.constexpr(_math32.CENTRAL_LIMIT)
+    _SQRT_SEED = tl.constexpr(_math32.SQRT_SEED)
+    # float64 constants of _math
+    _LN2_HI64 = tl.constexpr(_math.LN2_HI)
+    _LN2_LO64 = tl.constexpr(_math.LN2_LO)
+    _SQRT_SEED64 = tl.constexpr(_math.SQRT_SEED)
+    _SQRT_HALF_BITS64 = tl.constexpr(0x3FE6A09E667F3BCD)
+    _LG0, _LG1, _LG2, _LG3, _LG4, _LG5, _LG6 = (tl.constexpr(c) for c in _math.LN_G)
+    _SH0, _SH1, _SH2, _SH3, _SH4, _SH5, _SH6, _SH7, _SH8 = (tl.constexpr(c) for c in _math.SIN_H)
+    _A0, _A1, _A2, _A3, _A4, _A5, _A6, _A7 = (tl.constexpr(c) for c in _math.NDTRI_A)
+    _B0, _B1, _B2, _B3, _B4, _B5, _B6, _B7 = (tl.constexpr(c) for c in _math.NDTRI_B)
+    _C0_, _C1_, _C2_, _C3_, _C4_, _C5_, _C6_, _C7_ = (tl.constexpr(c) for c in _math.NDTRI_C)
+    _D0, _D1, _D2, _D3, _D4, _D5, _D6, _D7 = (tl.constexpr(c) for c in _math.NDTRI_D)
+    _E0, _E1, _E2, _E3, _E4, _E5, _E6, _E7 = (tl.constexpr(c) for c in _math.NDTRI_E)
+    _F0, _F1, _F2, _F3, _F4, _F5, _F6, _F7 = (tl.constexpr(c) for c in _math.NDTRI_F)
 
     @triton.jit
     def _philox_rounds(c0, c1, c2, c3, k0, k1):
@@ -142,6 +193,11 @@ if triton is not None:
         return bits.to(tl.int64).to(tl.float64, bitcast=True)
 
     @triton.jit
+    def _f32(bits):
+        """The float32 whose bit pattern is the integer ``bits``."""
+        return bits.to(tl.int32).to(tl.float32, bitcast=True)
+
+    @triton.jit
     def _word(e, x0, x1, x2, x3):
         """Word ``e % 4`` of the block."""
         lane = e & 3
@@ -151,93 +207,240 @@ if triton is not None:
     def _bits53(a, b):
         return ((a.to(tl.int64) >> 5) << 26) | (b.to(tl.int64) >> 6)
 
+    # Each float operation below is one IEEE operation, rounded to nearest: FP contraction is
+    # off at the launch (enable_fp_fusion=False), division is IEEE (``_div``: Triton's ``/`` is
+    # an approximate division for float32), and no library function is called.
+
     @triton.jit
-    def _ln(
+    def _div(x, y):
+        """``x / y`` rounded to nearest (float32 or float64): Triton's ``/`` approximates."""
+        return tl.math.fdiv(x, y, ieee_rounding=True)
+
+    @triton.jit
+    def _horner4(x, c0: tl.constexpr, c1: tl.constexpr, c2: tl.constexpr, c3: tl.constexpr):
+        acc = x * c3
+        acc = acc + c2
+        acc = acc * x
+        acc = acc + c1
+        acc = acc * x
+        return acc + c0
+
+    @triton.jit
+    def _horner5(
         x,
-        LN2_HI: tl.constexpr,
-        LN2_LO: tl.constexpr,
-        G0: tl.constexpr,
-        G1: tl.constexpr,
-        G2: tl.constexpr,
-        G3: tl.constexpr,
-        G4: tl.constexpr,
-        G5: tl.constexpr,
-        G6: tl.constexpr,
+        c0: tl.constexpr,
+        c1: tl.constexpr,
+        c2: tl.constexpr,
+        c3: tl.constexpr,
+        c4: tl.constexpr,
     ):
-        """``hwrng._philox._math.ln`` (x >= 2**-1022), operation for operation."""
+        acc = x * c4
+        acc = acc + c3
+        acc = acc * x
+        acc = acc + c2
+        acc = acc * x
+        acc = acc + c1
+        acc = acc * x
+        return acc + c0
+
+    @triton.jit
+    def _horner3(x, c0: tl.constexpr, c1: tl.constexpr, c2: tl.constexpr):
+        acc = x * c2
+        acc = acc + c1
+        acc = acc * x
+        return acc + c0
+
+    @triton.jit
+    def _sqrt32(v):
+        """``_math32.sqrt``: Newton's iteration from a bit-level guess (sqrt(0) = 0)."""
+        bits = v.to(tl.int32, bitcast=True)
+        y = _f32((bits >> 1) + _SQRT_SEED)
+        for _ in tl.static_range(3):
+            y = _div(v, y) + y
+            y = y * 0.5
+        return tl.where(bits == 0, 0.0, y)
+
+    @triton.jit
+    def _ln32(x, shift):
+        """``_math32.ln``: ``ln(x * 2**shift)`` for positive normal float32 ``x``."""
+        bits = x.to(tl.int32, bitcast=True)
+        k = (bits - 0x3F3504F3) >> 23
+        z = _f32(bits - (k << 23))
+        e = (k + shift).to(tl.float32)
+        f = z - 1.0
+        s = _div(f, f + 2.0)
+        w = s * s
+        tail = _horner3(w, _G0, _G1, _G2) * w
+        half_square = (f * f) * 0.5
+        inner = (half_square + tail) * s
+        inner = inner + e * _LN2_LO
+        out = f - (half_square - inner)
+        return out + e * _LN2_HI
+
+    @triton.jit
+    def _sincos24(k):
+        """``_math32.sincos_turns``: sine and cosine of ``2 pi k / 2**24``."""
+        quadrant = k >> 22
+        m = k & 0x3FFFFF
+        folded = m >= 0x200000
+        t = tl.where(folded, 0x400000 - m, m).to(tl.float32) * (2.0**-22)
+        w = t * t
+        sin_t = _horner4(w, _S0, _S1, _S2, _S3) * t
+        sin_t = sin_t + t * 1.5
+        cos_t = _horner4(w, _C0, _C1, _C2, _C3) * w
+        cos_t = cos_t + 1.0
+        swap = folded ^ ((quadrant & 1) == 1)
+        sin = tl.where(swap, cos_t, sin_t)
+        cos = tl.where(swap, sin_t, cos_t)
+        sin = tl.where(quadrant >= 2, -sin, sin)
+        cos = tl.where((quadrant == 1) | (quadrant == 2), -cos, cos)
+        return sin, cos
+
+    @triton.jit
+    def _ndtri_tail32(t):
+        """``_math32.ndtri_tail``: ``-Phi^-1(p)`` from ``t = sqrt(-ln p)``."""
+        near = t - 1.625
+        far = t - 5.0
+        y_near = _div(
+            _horner5(near, _NA0, _NA1, _NA2, _NA3, _NA4),
+            _horner5(near, _NB0, _NB1, _NB2, _NB3, _NB4),
+        )
+        y_far = _div(
+            _horner5(far, _FA0, _FA1, _FA2, _FA3, _FA4),
+            _horner5(far, _FB0, _FB1, _FB2, _FB3, _FB4),
+        )
+        return tl.where(t > 5.0, y_far, y_near)
+
+    @triton.jit
+    def _ndtri_central32(q):
+        """``_math32.ndtri_central``: ``Phi^-1(1/2 + q)`` for ``|q| <= 0.425``."""
+        r = _R0 - q * q
+        a = q * _horner5(r, _CA0, _CA1, _CA2, _CA3, _CA4)
+        return _div(a, _horner5(r, _CB0, _CB1, _CB2, _CB3, _CB4))
+
+    @triton.jit
+    def _horner7(
+        x,
+        c0: tl.constexpr,
+        c1: tl.constexpr,
+        c2: tl.constexpr,
+        c3: tl.constexpr,
+        c4: tl.constexpr,
+        c5: tl.constexpr,
+        c6: tl.constexpr,
+    ):
+        acc = _horner5(x, c2, c3, c4, c5, c6)
+        acc = acc * x
+        acc = acc + c1
+        acc = acc * x
+        return acc + c0
+
+    @triton.jit
+    def _horner8(
+        x,
+        c0: tl.constexpr,
+        c1: tl.constexpr,
+        c2: tl.constexpr,
+        c3: tl.constexpr,
+        c4: tl.constexpr,
+        c5: tl.constexpr,
+        c6: tl.constexpr,
+        c7: tl.constexpr,
+    ):
+        acc = _horner7(x, c1, c2, c3, c4, c5, c6, c7)
+        acc = acc * x
+        return acc + c0
+
+    @triton.jit
+    def _horner9(
+        x,
+        c0: tl.constexpr,
+        c1: tl.constexpr,
+        c2: tl.constexpr,
+        c3: tl.constexpr,
+        c4: tl.constexpr,
+        c5: tl.constexpr,
+        c6: tl.constexpr,
+        c7: tl.constexpr,
+        c8: tl.constexpr,
+    ):
+        acc = _horner8(x, c1, c2, c3, c4, c5, c6, c7, c8)
+        acc = acc * x
+        return acc + c0
+
+    @triton.jit
+    def _sqrt64(v):
+        """``_math.sqrt``: four Newton steps from a bit-level guess (sqrt(0) = 0)."""
+        bits = v.to(tl.int64, bitcast=True)
+        y = ((bits >> 1) + _SQRT_SEED64).to(tl.float64, bitcast=True)
+        for _ in tl.static_range(4):
+            y = _div(v, y) + y
+            y = y * 0.5
+        return tl.where(bits == 0, 0.0, y)
+
+    @triton.jit
+    def _ln64(x):
+        """``_math.ln`` (subnormals included), operation for operation."""
+        small = x < 2.0**-1022
+        x = tl.where(small, x * (2.0**54), x)
         bits = x.to(tl.int64, bitcast=True)
-        k = (bits - _SQRT_HALF_BITS) >> 52
+        k = (bits - _SQRT_HALF_BITS64) >> 52
         z = (bits - (k << 52)).to(tl.float64, bitcast=True)
+        k = tl.where(small, k - 54, k)
         exponent = k.to(tl.float64)
         f = z - 1.0
-        s = f / (f + 2.0)
+        s = _div(f, f + 2.0)
         w = s * s
-        acc = w * G6
-        acc = acc + G5
-        acc = acc * w + G4
-        acc = acc * w + G3
-        acc = acc * w + G2
-        acc = acc * w + G1
-        acc = acc * w + G0
-        tail = acc * w
+        tail = _horner7(w, _LG0, _LG1, _LG2, _LG3, _LG4, _LG5, _LG6) * w
         half_square = (f * f) * 0.5
-        inner = (half_square + tail) * s + exponent * LN2_LO
+        inner = (half_square + tail) * s + exponent * _LN2_LO64
         out = -(half_square - inner)
         out = out + f
-        return out + exponent * LN2_HI
+        return out + exponent * _LN2_HI64
 
     @triton.jit
-    def _sin_half_pi(
-        s,
-        H0: tl.constexpr,
-        H1: tl.constexpr,
-        H2: tl.constexpr,
-        H3: tl.constexpr,
-        H4: tl.constexpr,
-        H5: tl.constexpr,
-        H6: tl.constexpr,
-        H7: tl.constexpr,
-        H8: tl.constexpr,
-    ):
-        """``hwrng._philox._math.sin_half_pi``, operation for operation."""
-        x = s * s
-        acc = x * H8
-        acc = acc + H7
-        acc = acc * x + H6
-        acc = acc * x + H5
-        acc = acc * x + H4
-        acc = acc * x + H3
-        acc = acc * x + H2
-        acc = acc * x + H1
-        acc = acc * x + H0
-        return acc * s
+    def _sin_half_pi(s):
+        return _horner9(s * s, _SH0, _SH1, _SH2, _SH3, _SH4, _SH5, _SH6, _SH7, _SH8) * s
 
     @triton.jit
-    def _turn(
-        k,
-        want_sin,
-        BITS: tl.constexpr,
-        H0: tl.constexpr,
-        H1: tl.constexpr,
-        H2: tl.constexpr,
-        H3: tl.constexpr,
-        H4: tl.constexpr,
-        H5: tl.constexpr,
-        H6: tl.constexpr,
-        H7: tl.constexpr,
-        H8: tl.constexpr,
-    ):
-        """The sine (where ``want_sin``) or cosine of ``2 pi k / 2**BITS``, as ``_sincos_turns``."""
-        quadrant = k >> (BITS - 2)
-        s = (k & ((1 << (BITS - 2)) - 1)).to(tl.float64) * (2.0 ** (2 - BITS))
-        near = _sin_half_pi(s, H0, H1, H2, H3, H4, H5, H6, H7, H8)
-        far = _sin_half_pi(1.0 - s, H0, H1, H2, H3, H4, H5, H6, H7, H8)
+    def _turn53(k, want_sin):
+        """The sine (where ``want_sin``) or cosine of ``2 pi k / 2**53``, as ``sincos_turns``."""
+        quadrant = k >> 51
+        s = (k & ((1 << 51) - 1)).to(tl.float64) * (2.0**-51)
+        near = _sin_half_pi(s)
+        far = _sin_half_pi(1.0 - s)
         odd = (quadrant & 1) == 1
         sin = tl.where(odd, far, near)
         cos = tl.where(odd, near, far)
         sin = tl.where(quadrant >= 2, -sin, sin)
         cos = tl.where((quadrant == 1) | (quadrant == 2), -cos, cos)
         return tl.where(want_sin, sin, cos)
+
+    @triton.jit
+    def _ndtri64(p):
+        """``_math.ndtri``, operation for operation."""
+        q = p - 0.5
+        r = 0.180625 - q * q
+        a = _horner8(r, _A0, _A1, _A2, _A3, _A4, _A5, _A6, _A7) * q
+        central = _div(a, _horner8(r, _B0, _B1, _B2, _B3, _B4, _B5, _B6, _B7))
+        lower = q < 0
+        tail_p = tl.maximum(tl.where(lower, p, 1.0 - p), 5e-324)
+        t = _sqrt64(-_ln64(tail_p))
+        near = t - 1.6
+        far = t - 5.0
+        tail = tl.where(
+            t <= 5.0,
+            _div(
+                _horner8(near, _C0_, _C1_, _C2_, _C3_, _C4_, _C5_, _C6_, _C7_),
+                _horner8(near, _D0, _D1, _D2, _D3, _D4, _D5, _D6, _D7),
+            ),
+            _div(
+                _horner8(far, _E0, _E1, _E2, _E3, _E4, _E5, _E6, _E7),
+                _horner8(far, _F0, _F1, _F2, _F3, _F4, _F5, _F6, _F7),
+            ),
+        )
+        tail = tl.where(lower, -tail, tail)
+        return tl.where(tl.abs(q) <= 0.425, central, tail)
 
     @triton.jit
     def _to_bf16(x):
@@ -253,12 +456,30 @@ if triton is not None:
         return _to_bf16(single) if out_dtype == tl.bfloat16 else single.to(out_dtype)
 
     @triton.jit
-    def _round_out(v, out_dtype: tl.constexpr):
-        """float64 to the output dtype, via float32 for the half types (``_round_to``)."""
-        return v if out_dtype == tl.float64 else _narrow(v.to(tl.float32), out_dtype)
+    def _trunc32(w, d, p0, upper, shift):
+        """The float32 truncated normal's ``Phi^-1`` of word ``w`` (``_distributions._ndtri32``)."""
+        u = (w.to(tl.int64) * 2 + 1).to(tl.float32) * (2.0**-33)
+        p = u * d
+        p = p + p0
+        complement = ((0xFFFFFFFF - w.to(tl.int64)) * 2 + 1).to(tl.float32) * (2.0**-33)
+        pc = complement * d
+        pc = pc + upper
+        q = p - 0.5
+        lower = (q < 0.0) | (shift > 0)
+        log = _ln32(tl.where(lower, p, pc), -shift)
+        tail = _ndtri_tail32(_sqrt32(-log))
+        tail = tl.where(lower, -tail, tail)
+        central = (tl.abs(q) <= _LIMIT) & (shift == 0)
+        return tl.where(central, _ndtri_central32(q), tail)
 
     # The kernel's branches are compile-time (KIND is a constexpr): each launch compiles one.
-    @triton.jit(do_not_specialize=["k0", "k1", "c2", "c3", "a_bits", "b_bits", "lo_bits"])
+    # (parameters that change from call to call: not specialised, so one compilation serves)
+    @triton.jit(
+        do_not_specialize=[
+            "k0", "k1", "c2", "c3", "a_bits", "b_bits", "lo_bits", "hi_bits", "d_bits",
+            "p0_bits", "upper_bits", "shift", "mirror", "threshold",
+        ]
+    )  # fmt: skip
     def _kernel(  # noqa: PLR0915
         out_ptr,
         p_ptr,
@@ -286,25 +507,12 @@ if triton is not None:
         b_bits,
         lo_bits,
         hi_bits,
+        d_bits,
+        p0_bits,
+        upper_bits,
+        shift,
+        mirror,
         threshold,
-        LN2_HI: tl.constexpr,
-        LN2_LO: tl.constexpr,
-        G0: tl.constexpr,
-        G1: tl.constexpr,
-        G2: tl.constexpr,
-        G3: tl.constexpr,
-        G4: tl.constexpr,
-        G5: tl.constexpr,
-        G6: tl.constexpr,
-        H0: tl.constexpr,
-        H1: tl.constexpr,
-        H2: tl.constexpr,
-        H3: tl.constexpr,
-        H4: tl.constexpr,
-        H5: tl.constexpr,
-        H6: tl.constexpr,
-        H7: tl.constexpr,
-        H8: tl.constexpr,
         KIND: tl.constexpr,
         BLOCK_SHIFT: tl.constexpr,
         SHIFT: tl.constexpr,
@@ -336,20 +544,15 @@ if triton is not None:
             zero + k0.to(tl.uint32),
             zero + k1.to(tl.uint32),
         )
-        if KIND == 0:  # uniform, float32 / float16 / bfloat16
-            k = _word(e, x0, x1, x2, x3) >> SHIFT
-            if UNIT:  # exact in every step, so computing in float32 changes nothing
-                value = _narrow(k.to(tl.float32) * (2.0 ** (SHIFT - 32)), out_dtype)
+        if KIND == 0:  # uniform, float32 / float16 / bfloat16: in float32
+            u = (_word(e, x0, x1, x2, x3) >> SHIFT).to(tl.float32) * (2.0 ** (SHIFT - 32))
+            if UNIT:  # exact in every step
+                value = _narrow(u, out_dtype)
             else:
-                u = k.to(tl.float64) * (2.0 ** (SHIFT - 32))
-                u = u * _f64(a_bits)
-                u = u + _f64(b_bits)
-                # clamp after rounding, compared in float32 (exact: the bounds and every
-                # value of the output dtype are float32 values)
-                wide = _round_out(u, out_dtype).to(tl.float32)
-                wide = tl.maximum(wide, _f64(lo_bits).to(tl.float32))
-                wide = tl.minimum(wide, _f64(hi_bits).to(tl.float32))
-                value = _narrow(wide, out_dtype)
+                v = u * _f32(a_bits)
+                v = v + _f32(b_bits)
+                v = tl.minimum(tl.maximum(v, _f32(lo_bits)), _f32(hi_bits))
+                value = _narrow(v, out_dtype)
         elif KIND == 1:  # uniform, float64
             second = (e & 1) == 1
             u = _bits53(tl.where(second, x2, x0), tl.where(second, x3, x1)).to(tl.float64)
@@ -366,28 +569,55 @@ if triton is not None:
             where = j0 * ps0 + j1 * ps1 + j2 * ps2 + j3 * ps3
             limit = tl.load(p_ptr + where, mask=mask, other=0)
             value = _word(e, x0, x1, x2, x3).to(tl.int64) < limit
-        else:  # normal (Box-Muller within a block)
-            if KIND == 2:
-                second = ((e >> 1) & 1) == 1
-                a = tl.where(second, x2, x0)
-                b = tl.where(second, x3, x1)
-                u1 = (a.to(tl.int64) + 1).to(tl.float64) * (2.0**-32)
-                angle = _turn(b.to(tl.int64), (e & 1) == 1, 32, H0, H1, H2, H3, H4, H5, H6, H7, H8)
-            else:
-                u1 = (_bits53(x0, x1) + 1).to(tl.float64) * (2.0**-53)
-                angle = _turn(_bits53(x2, x3), (e & 1) == 1, 53, H0, H1, H2, H3, H4, H5, H6, H7, H8)
-            log = _ln(u1, LN2_HI, LN2_LO, G0, G1, G2, G3, G4, G5, G6)
-            radius = tl.sqrt(log * -2.0)
-            z = angle * radius
+        elif KIND == 2:  # normal, float32 / float16 / bfloat16 (Box-Muller within a block)
+            second = ((e >> 1) & 1) == 1
+            a = tl.where(second, x2, x0)
+            b = tl.where(second, x3, x1)
+            u1 = (a.to(tl.int64) + 1).to(tl.float32) * (2.0**-32)
+            radius = _sqrt32(_ln32(u1, 0) * -2.0)
+            sin, cos = _sincos24((b >> 8).to(tl.int32))
+            z = radius * tl.where((e & 1) == 1, sin, cos)
+            z = z * _f32(a_bits)
+            z = z + _f32(b_bits)
+            value = _narrow(z, out_dtype)
+        elif KIND == 3:  # normal, float64
+            u1 = (_bits53(x0, x1) + 1).to(tl.float64) * (2.0**-53)
+            radius = _sqrt64(_ln64(u1) * -2.0)
+            z = _turn53(_bits53(x2, x3), (e & 1) == 1) * radius
             z = z * _f64(a_bits)
-            z = z + _f64(b_bits)
-            value = _round_out(z, out_dtype)
+            value = z + _f64(b_bits)
+        elif KIND == 6:  # truncated normal, float32 / float16 / bfloat16
+            w = _word(e, x0, x1, x2, x3)
+            x = _trunc32(w, _f32(d_bits), _f32(p0_bits), _f32(upper_bits), shift)
+            x = tl.where(mirror != 0, -x, x)
+            v = x * _f32(a_bits)
+            v = v + _f32(b_bits)
+            v = tl.minimum(tl.maximum(v, _f32(lo_bits)), _f32(hi_bits))
+            value = _narrow(v, out_dtype)
+        else:  # truncated normal, float64
+            second = (e & 1) == 1
+            a = tl.where(second, x2, x0).to(tl.int64)
+            b = tl.where(second, x3, x1).to(tl.int64)
+            k = ((a >> 6) << 26) | (b >> 6)
+            u = (k * 2 + 1).to(tl.float64) * (2.0**-53)
+            u = u * _f64(d_bits)
+            x = _ndtri64(u + _f64(p0_bits))
+            x = tl.where(mirror != 0, -x, x)
+            v = x * _f64(a_bits)
+            v = v + _f64(b_bits)
+            value = tl.minimum(tl.maximum(v, _f64(lo_bits)), _f64(hi_bits))
         tl.store(out_ptr + offs, value, mask=mask)
 
 
 def _bits(value: float) -> int:
     """The IEEE float64 bit pattern of ``value`` as a signed 64-bit integer."""
     signed: int = struct.unpack("<q", struct.pack("<d", value))[0]
+    return signed
+
+
+def _bits32(value: float) -> int:
+    """The IEEE float32 bit pattern of ``value`` (a float32 value) as a signed 32-bit integer."""
+    signed: int = struct.unpack("<i", struct.pack("<f", value))[0]
     return signed
 
 
@@ -410,6 +640,11 @@ def _shard(
     return vectors, strides, local
 
 
+def _float_bits(value: float, dtype: torch.dtype) -> int:
+    """A parameter's bits as the kernel reads it: float64 for float64 results, else float32."""
+    return _bits(value) if dtype == torch.float64 else _bits32(_math32.f32(value))
+
+
 def _launch(
     kind: int,
     seed: int,
@@ -424,8 +659,13 @@ def _launch(
     b: float = 0.0,
     lo: float = 0.0,
     hi: float = 0.0,
+    tail: _math.TailScale | None = None,
+    width: float = 0.0,
+    base: float = 0.0,
+    mirror: bool = False,
     threshold: int = 0,
     limits: torch.Tensor | None = None,
+    block: int | None = None,
 ) -> torch.Tensor:
     vectors, strides, local = shard
     out = torch.empty(local, dtype=dtype, device=device)
@@ -440,8 +680,12 @@ def _launch(
         p = p.contiguous().reshape(sizes) if p.dim() > MAX_DIMS else p.reshape(sizes)
         p_strides = list(p.stride())
         p_arg = p
-    constants = (_math.LN2_HI, _math.LN2_LO, *_math.LN_G, *_math.SIN_H)
-    grid = (triton.cdiv(total, _BLOCK),)
+    if tail is not None:  # the float32 truncated normal's probabilities
+        d, p0, upper, scale = tail.width, tail.base, tail.upper, tail.shift
+    else:
+        d, p0, upper, scale = width, base, 0.0, 0
+    size = _BLOCK if block is None else block
+    grid = (triton.cdiv(total, size),)
     _kernel[grid](
         out,
         p_arg,
@@ -456,17 +700,21 @@ def _launch(
         seed >> 32,
         position & 0xFFFFFFFF,
         (position >> 32) | DOMAIN_FLAG,
-        _bits(a),
-        _bits(b),
-        _bits(lo),
-        _bits(hi),
+        _float_bits(a, dtype),
+        _float_bits(b, dtype),
+        _float_bits(lo, dtype),
+        _float_bits(hi, dtype),
+        _float_bits(d, dtype),
+        _float_bits(p0, dtype),
+        _float_bits(upper, dtype),
+        scale,
+        int(mirror),
         threshold,
-        *constants,
         KIND=kind,
-        BLOCK_SHIFT=1 if kind in (_UNIFORM64, _NORMAL64) else 2,
+        BLOCK_SHIFT=1 if kind in (_UNIFORM64, _NORMAL64, _TRUNC64) else 2,
         SHIFT=shift,
         UNIT=unit,
-        BLOCK=_BLOCK,
+        BLOCK=size,
         enable_fp_fusion=False,
     )
     return out
@@ -526,7 +774,7 @@ def uniform(
     shard = _shard(dim_indices, global_shape, device)
     if low == high:
         return torch.full(shard[2], low, dtype=dtype, device=device)
-    width = high - low
+    width = high - low  # rounded to float32 for a float32-word dtype, as the generic path does
     unit = low == 0.0 and high == 1.0
     if dtype == torch.float64:
         kind, shift = _UNIFORM64, 0
@@ -626,12 +874,70 @@ def bernoulli_mask(
                 f"probabilities of shape {tuple(p.shape)} do not broadcast to the shard's "
                 f"shape {shard[2]}"
             )
-        limits = torch.round(p.to(device=device, dtype=torch.float64) * 2.0**32)
+        wide = torch.float64 if p.dtype == torch.float64 else torch.float32
+        limits = torch.round(p.to(device=device, dtype=wide) * 2.0**32).to(torch.int64)
         return _launch(
-            _BERNOULLI_P, seed, position, shard, dtype=torch.bool, device=device,
-            limits=limits.to(torch.int64),
+            _BERNOULLI_P, seed, position, shard, dtype=torch.bool, device=device, limits=limits,
         )  # fmt: skip
     return _launch(
         _BERNOULLI, seed, position, shard, dtype=torch.bool, device=device,
         threshold=round(single * 2**32),
+    )  # fmt: skip
+
+
+def trunc_normal(
+    seed: int,
+    position: int,
+    dim_indices: Sequence[torch.Tensor],
+    global_shape: Sequence[int],
+    dtype: torch.dtype,
+    *,
+    mean: float = 0.0,
+    std: float = 1.0,
+    a: float = -2.0,
+    b: float = 2.0,
+) -> torch.Tensor:
+    """The generic path's ``trunc_normal`` for the shard ``flat_index(dim_indices, global_shape)``.
+
+    Parameters
+    ----------
+    seed, position : int
+        As for the generic ``trunc_normal``.
+    dim_indices : sequence of torch.Tensor
+        The shard's global positions along each dim (see ``flat_index``).
+    global_shape : sequence of int
+        The global tensor's shape.
+    dtype : torch.dtype
+        float32, float64, float16 or bfloat16.
+    mean, std, a, b : float
+        As for the generic ``trunc_normal``.
+
+    Returns
+    -------
+    torch.Tensor
+        The shard's values, bit-identical to the generic path's.
+
+    Raises
+    ------
+    InvalidDeviceError
+        Where the kernel cannot serve the index vectors' device (see
+        :func:`why_unavailable`).
+    """
+    device = _device(dim_indices)
+    seed, position = checked_seed_position(seed, position)
+    mean, std, a, b, lo, hi = trunc_normal_parameters(dtype, mean, std, a, b)
+    alpha, beta = (a - mean) / std, (b - mean) / std
+    mirror = alpha + beta > 0
+    if mirror:
+        alpha, beta = -beta, -alpha
+    shard = _shard(dim_indices, global_shape, device)
+    if dtype == torch.float64:
+        base, width = _math.phi_interval(alpha, beta)
+        return _launch(
+            _TRUNC64, seed, position, shard, dtype=dtype, device=device, a=std, b=mean,
+            lo=lo, hi=hi, width=width, base=base, mirror=mirror,
+        )  # fmt: skip
+    return _launch(
+        _TRUNC32, seed, position, shard, dtype=dtype, device=device, a=std, b=mean,
+        lo=lo, hi=hi, tail=_math.tail_scale(alpha, beta), mirror=mirror,
     )  # fmt: skip

@@ -2,7 +2,8 @@
 
 What is saved, per rank (format :data:`FORMAT`)::
 
-    format, written_by {hwrng, backend, device_count, rank, world_size, mesh, sharded_dims}
+    format, written_by {hwrng, backend, device_count, rank, world_size, mesh, sharded_dims,
+                invariant: the invariant ops' contract, if the job drew any (another is refused)}
     python      random.getstate()           numpy  the legacy global generator
     torch_cpu   the host generator's state  host_reading  what makes it read as it does
     devices     every device of the platform (not only the current one)
@@ -34,6 +35,7 @@ from hwrng._claims import claim, claim_for
 from hwrng._collectives import rank_and_size
 from hwrng._exceptions import CheckpointError
 from hwrng._host import HOST_COUNTER, host_generator
+from hwrng._philox._contract import recorded as invariant_contract
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
 from hwrng._seeding import current_seeding, platform_in_force
@@ -100,10 +102,13 @@ def _numpy_state() -> dict[str, Any]:
 
 
 def written_by(platform: Platform, seeding: Seeding | None) -> dict[str, Any]:
-    """Who takes a state here: version, backend, device count, rank, world size, mesh."""
+    """Who takes a state here: version, backend, device count, rank, world size, mesh.
+
+    And the invariant ops' contract, when the job drew invariant values.
+    """
     rank, world_size = rank_and_size()
     layout = seeding.layout if seeding is not None else None
-    return {
+    written = {
         "hwrng": __version__,
         "backend": platform.name,
         "device_count": platform.device_count(),
@@ -112,6 +117,10 @@ def written_by(platform: Platform, seeding: Seeding | None) -> dict[str, Any]:
         "mesh": None if layout is None else layout.to_dict(),
         "sharded_dims": None if seeding is None else list(seeding.sharded_dims),
     }
+    contract = invariant_contract()
+    if contract is not None:  # the job drew placement-invariant values
+        written["invariant"] = contract
+    return written
 
 
 def device_generators(platform: Platform) -> list[torch.Generator]:

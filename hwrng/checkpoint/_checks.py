@@ -25,6 +25,7 @@ from hwrng._counters import U64
 from hwrng._exceptions import CheckpointError, HwrngError
 from hwrng._host import HOST_COUNTER, host_generator, mersenne_offset
 from hwrng._mesh import MeshLayout
+from hwrng._philox._contract import check_recorded as check_invariant_contract
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
 from hwrng._seeding import current_seeding
@@ -294,6 +295,7 @@ def verdict(
     """Everything checked: what loading ``document`` here would do, or a CheckpointError."""
     checked = _check_header(document)
     written = _require(checked, "written_by", Mapping)
+    check_invariant_contract(written.get("invariant"))
     current = current_seeding()
     here = written_by(platform, current)
     if mesh is not None:

@@ -15,7 +15,8 @@ multiplication), ``rand_like``/``randn_like``, ``torch.distributed.tensor.rand``
 uniform, normal, kaiming and xavier functions are built on the first two.
 Everything else keeps the ordinary tracked behaviour. Compiled code and
 LocalTensorMode are refused in this mode (with an error), not served other
-numbers.
+numbers. Checkpoints of a process in this mode record the contract
+(:data:`hwrng.invariant.CONTRACT`) and refuse to resume under another.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 from hwrng import _philox, invariant
 from hwrng._exceptions import DTensorHookError
+from hwrng._philox._contract import record_draw
 from hwrng.dtensor._hooks import restore_op_handlers, set_op_handlers
 from hwrng.dtensor._local_ranks import local_tensor_mode
 
@@ -53,7 +55,7 @@ def _fill_local(
     target: Any,
     local: torch.Tensor,
     generator: torch.Generator | None,
-    draw: Callable[[int, int, _philox.Indices], torch.Tensor],
+    draw: _philox.Draw,
 ) -> torch.Tensor:
     from hwrng.dtensor._tracker import _shard_spec
 
@@ -138,8 +140,11 @@ def _native_dropout(
     _fill_local(
         target, keep, generator, _philox.drawer("bernoulli", keep.dtype, p=1.0 - probability)
     )
-    scale = 0.0 if probability == 1.0 else 1.0 / (1.0 - probability)
-    return _like(target, local * keep * scale), _like(target, keep)
+    # as hwrng.invariant.dropout: the kept elements times 1/(1 - p) as the input's dtype holds it
+    scaled = keep.to(local.dtype)
+    if probability != 1.0:
+        scaled.mul_(1.0 / (1.0 - probability))
+    return _like(target, local * scaled), _like(target, keep)
 
 
 def _kinds() -> dict[Any, Fill]:
@@ -221,6 +226,7 @@ class InvariantPatches:
         import torch.distributed.tensor as dtensor_module
         from torch.distributed.tensor import _api
 
+        record_draw()  # checkpoints of this process record the contract its values follow
         self._handlers.update(set_op_handlers(_kinds(), _handler))
         rand, randn = _dtensor_random("rand"), _dtensor_random("randn")
         swaps = [

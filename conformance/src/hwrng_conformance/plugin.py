@@ -13,6 +13,9 @@ Options
     A backend to check; repeatable. Default: every available backend.
 ``--hwrng-nproc N``
     Processes for the multi-process rules (default 4; fewer than 2 skips them).
+``--hwrng-profile no-float64``
+    Check the backend as one without float64 (see :mod:`hwrng_conformance.profiles`),
+    whether or not its device has it.
 
 Fixtures
 --------
@@ -21,6 +24,10 @@ Fixtures
 ``dist_pool``
     A :class:`~hwrng.testing.DistributedPool` of ``--hwrng-nproc``
     ranks for the platform, started once per backend and shared by the rules.
+``profile``
+    The backend's :class:`~hwrng_conformance.profiles.Profile` (float64,
+    offsets), found once per backend; rules that depend on it record it, and
+    the verdict reports it.
 
 Marker
 ------
@@ -39,12 +46,14 @@ import pytest
 import hwrng
 from hwrng.testing import DistributedPool
 from hwrng_conformance._exceptions import BackendOptionError
+from hwrng_conformance.profiles import PROFILE_OPTIONS, Profile, detect_profile
 
 __all__ = [
     "DEFAULT_NPROC",
     "backends_to_check",
     "dist_pool",
     "platform",
+    "profile",
     "pytest_addoption",
     "pytest_configure",
     "pytest_generate_tests",
@@ -72,6 +81,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=DEFAULT_NPROC,
         metavar="N",
         help=f"processes for the multi-process rules (default {DEFAULT_NPROC})",
+    )
+    group.addoption(
+        "--hwrng-profile",
+        action="append",
+        default=[],
+        choices=PROFILE_OPTIONS,
+        help="check the backend under this capability profile (repeatable): "
+        "no-float64 runs every rule with float64 refused",
     )
 
 
@@ -164,6 +181,12 @@ def dist_pool(platform: hwrng.Platform, pytestconfig: pytest.Config) -> Iterator
         nproc, backend=backend, platform=platform.name, timeout=180, progress=progress
     ) as pool:
         yield pool
+
+
+@pytest.fixture(scope="session")
+def profile(platform: hwrng.Platform, pytestconfig: pytest.Config) -> Profile:
+    """The backend's capability profile: what its device and generators have."""
+    return detect_profile(platform, set(pytestconfig.getoption("--hwrng-profile")))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

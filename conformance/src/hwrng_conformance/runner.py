@@ -62,6 +62,8 @@ class ResultCollector:
         self.results: dict[str, RuleResult] = {}
         self.errors: list[str] = []
         self.deselected = 0
+        #: each backend's capability profile, as the rules that depend on it recorded it
+        self.profiles: dict[str, str] = {}
 
     def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
         """Count rules a filter (``-k``, ``-m``) left out: the run is then partial."""
@@ -71,6 +73,9 @@ class ResultCollector:
         """Record the outcome of each phase of each rule."""
         backend, rule = _rule_name(report.nodeid.rsplit("::", 1)[-1])
         key = f"{backend}::{rule}"
+        for name, value in report.user_properties:
+            if name == "hwrng_profile":
+                self.profiles[backend] = str(value)
         if report.when == "call" or report.outcome != "passed":
             if report.skipped:
                 reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
@@ -177,7 +182,9 @@ def run_conformance(
             f"hwrng conformance: backend {name} {verdict} ({counts['pass']} passed, "
             f"{counts['fail']} failed, {counts['skip']} skipped"
             + (f", {collector.deselected} deselected" if collector.deselected else "")
-            + f") on {device}; torch {torch.__version__}, hwrng {hwrng.__version__}, "
+            + f") on {device}"
+            + (f"; profile {collector.profiles[name]}" if name in collector.profiles else "")
+            + f"; torch {torch.__version__}, hwrng {hwrng.__version__}, "
             f"python {sys.version.split()[0]}, {when}"
         )
     if collector.errors or status not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):

@@ -1,0 +1,189 @@
+"""The fused Triton kernel of the Philox ops computes the contract bit for bit.
+
+Without a GPU the kernel runs in Triton's CPU interpreter (``TRITON_INTERPRET=1``, set before
+Triton is imported, hence a fresh interpreter): every known answer of every op and dtype, the
+generic path's values on shards of several shapes, at several block sizes (values depend on
+the element's index only, so the launch grid cannot change them). The torch 2.14.1 and 2.15
+cells of ``noxfile.py`` run this file with Triton installed; on a CUDA machine the last test
+compares the GPU with the CPU. What has not run on a GPU is said in docs/invariant.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import hwrng
+from hwrng import _philox as philox
+from hwrng._philox import _distributions as generic_path
+from hwrng._philox import _triton as fused
+
+
+def test_the_fused_module_imports_and_says_why_not() -> None:
+    reason = fused.why_unavailable("cpu")
+    assert fused.available("cpu") is (reason is None)
+    assert fused.available("meta") is False
+    # the kernel's wrappers serve only where it is available; they refuse elsewhere
+    dims = [torch.tensor([1, 3], device="meta"), torch.arange(4, device="meta")]
+    for call in (
+        lambda: fused.uniform(1, 4, dims, (5, 4), torch.float32),
+        lambda: fused.normal(1, 4, dims, (5, 4), torch.float32),
+        lambda: fused.bernoulli_mask(1, 4, dims, (5, 4), 0.5),
+        lambda: fused.trunc_normal(1, 4, dims, (5, 4), torch.float32),
+    ):
+        with pytest.raises(hwrng.InvalidDeviceError, match="cannot serve meta"):
+            call()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_a_shard_the_kernel_cannot_serve_takes_the_generic_path(dtype: torch.dtype) -> None:
+    dims, shape = (torch.tensor([1, 3]), torch.tensor([0, 2, 3])), (5, 4)
+    shard, index = philox.ShardIndices(dims, shape), philox.flat_index(dims, shape)
+    if fused.available("cpu"):
+        pytest.skip("the kernel serves CPU tensors here (TRITON_INTERPRET=1)")
+    expected = {
+        "uniform": generic_path.uniform(3, 8, index, dtype, low=-1.0, high=2.0),
+        "normal": generic_path.normal(3, 8, index, dtype, mean=1.0, std=2.0),
+        "trunc_normal": generic_path.trunc_normal(3, 8, index, dtype, a=-1.0, b=1.0),
+        "bernoulli": generic_path.bernoulli_mask(3, 8, index, 0.25),
+    }
+    got = {
+        "uniform": philox.uniform(3, 8, shard, dtype, low=-1.0, high=2.0),
+        "normal": philox.normal(3, 8, shard, dtype, mean=1.0, std=2.0),
+        "trunc_normal": philox.trunc_normal(3, 8, shard, dtype, a=-1.0, b=1.0),
+        "bernoulli": philox.bernoulli_mask(3, 8, shard, 0.25),
+    }
+    for name, values in expected.items():
+        assert torch.equal(got[name], values), name
+
+
+INTERPRETED = """
+import json, sys, torch
+from hwrng import _philox
+from hwrng._philox import _distributions as generic
+from hwrng._philox import _triton as fused
+from hwrng_conformance import invariant_reference as reference
+
+assert fused.available("cpu"), fused.why_unavailable("cpu")
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+          "bfloat16": torch.bfloat16}
+INTS = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
+        torch.bfloat16: torch.int16, torch.bool: torch.int8}
+
+def bits(values):
+    width = values.element_size() * 8
+    ints = values.view(INTS[values.dtype]).to(torch.int64).reshape(-1).tolist()
+    return [v & ((1 << width) - 1) for v in ints]
+
+def draw(op, case, dims, shape, **launch):
+    seed, position = case["seed"], case["position"]
+    if op == "bernoulli":
+        return fused.bernoulli_mask(seed, position, dims, shape, case["p"])
+    names = ("low", "high", "mean", "std", "a", "b")
+    parameters = {k: case[k] for k in names if k in case}
+    return getattr(fused, op)(seed, position, dims, shape, DTYPES[case["dtype"]], **parameters)
+
+# 1. every known answer: a whole (12, 8) tensor, and rows of a (2**58, 8) tensor far out
+known = json.loads(reference.KAT_PATH.read_text(encoding="utf-8"))
+for case in known["cases"]:
+    (start, values), *far = case["runs"]
+    got = bits(draw(case["op"], case, [torch.arange(12), torch.arange(8)], (12, 8)))
+    assert got == [int(v, 16) for v in values], ("known answers", case)
+    for start, values in far:
+        got = bits(draw(case["op"], case, [torch.tensor([start // 8]), torch.arange(8)],
+                        (2**58, 8)))
+        assert got == [int(v, 16) for v in values], ("far known answers", case, start)
+
+# 2. the generic path's values on shards of several shapes
+T = torch.tensor
+shards = [
+    ([T([0, 2, 3]), torch.arange(1, 6)], (4, 7)),
+    ([T([1]), T([0, 3]), T([2, 5, 6]), torch.arange(2), T([1, 4])], (2, 4, 7, 3, 5)),
+    ([torch.arange(0, 40, 3), T([9, 8, 1, 0])], (41, 10)),
+    ([], ()),
+]
+seed, position = 2**63 + 5, 2**40 + 4096
+operations = {
+    "uniform": [{"low": 0.0, "high": 1.0}, {"low": -1.0, "high": 2.5}],
+    "normal": [{"mean": 0.5, "std": 3.0}],
+    "trunc_normal": [{"a": -2.0, "b": 2.0}, {"mean": 1.0, "std": 2.0, "a": 4.0, "b": 30.0}],
+}
+for dims, shape in shards:
+    index = _philox.flat_index(dims, shape)
+    for op, settings in operations.items():
+        for parameters in settings:
+            for dtype in DTYPES.values():
+                expected = getattr(generic, op)(seed, position, index, dtype, **parameters)
+                fast = getattr(fused, op)(seed, position, dims, shape, dtype, **parameters)
+                assert bits(expected) == bits(fast), (op, shape, dtype, parameters)
+                chosen = getattr(_philox, op)(
+                    seed, position, _philox.ShardIndices(tuple(dims), shape), dtype, **parameters
+                )
+                assert bits(chosen) == bits(expected), ("chosen", op, shape, dtype)
+    probabilities = [0.0, 0.3, 1.0]
+    if index.dim():
+        probabilities += [torch.rand(index.shape[-1:]),
+                          torch.rand(index.shape[-1:], dtype=torch.float64)]
+    for p in probabilities:
+        expected = generic.bernoulli_mask(7, 8, index, p)
+        assert torch.equal(expected, fused.bernoulli_mask(7, 8, dims, shape, p)), ("mask", shape)
+
+# 3. the block size (and so the launch grid) does not change a value
+dims, shape = [torch.arange(3, 29), torch.arange(0, 13)], (30, 13)
+for op, parameters in (("uniform", {"low": -1.0, "high": 2.5}), ("normal", {}),
+                       ("trunc_normal", {"a": -1.0, "b": 3.0})):
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        first = bits(getattr(fused, op)(11, 2**33, dims, shape, dtype, **parameters))
+        original = fused._BLOCK
+        try:
+            for block in (16, 128, 1024):
+                fused._BLOCK = block
+                again = getattr(fused, op)(11, 2**33, dims, shape, dtype, **parameters)
+                assert bits(again) == first, (op, dtype, block)
+        finally:
+            fused._BLOCK = original
+print("ok")
+"""
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None,
+    reason="Triton is not installed: the fused CUDA kernel is checked in Triton's CPU "
+    "interpreter where it is (the torch 2.14.1 and 2.15 cells of noxfile.py), and against the "
+    "CPU on a GPU by the cuda test",
+)
+def test_the_fused_kernel_computes_the_contract_in_the_interpreter() -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", INTERPRETED], capture_output=True, text=True, timeout=900, env=env
+    )
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device is visible")
+@pytest.mark.cuda
+def test_cuda_draws_the_cpus_numbers() -> None:
+    dims, shape = [torch.arange(3, 700), torch.tensor([0, 5, 6, 9])], (800, 10)
+    index = philox.flat_index(dims, shape)
+    cuda_dims = [d.cuda() for d in dims]
+    for name, draw in [
+        ("uniform", lambda i, d: philox.uniform(9, 16, i, d, low=-1.0, high=2.0)),
+        ("normal", lambda i, d: philox.normal(9, 16, i, d, mean=0.5, std=2.0)),
+        ("trunc_normal", lambda i, d: philox.trunc_normal(9, 16, i, d, a=-1.0, b=1.5)),
+    ]:
+        for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+            cpu = draw(index, dtype)
+            assert torch.equal(draw(index.cuda(), dtype).cpu(), cpu), (name, dtype)
+            described = draw(philox.ShardIndices(tuple(cuda_dims), shape), dtype)
+            assert torch.equal(described.cpu(), cpu), (name, dtype, fused.why_unavailable("cuda"))
+    for p in (0.25, torch.rand(index.shape)):
+        cpu = philox.bernoulli_mask(9, 16, index, p)
+        q = p.cuda() if isinstance(p, torch.Tensor) else p
+        assert torch.equal(philox.bernoulli_mask(9, 16, index.cuda(), q).cpu(), cpu)
+        described = philox.bernoulli_mask(9, 16, philox.ShardIndices(tuple(cuda_dims), shape), q)
+        assert torch.equal(described.cpu(), cpu)

@@ -141,7 +141,10 @@ def test_a_backend_sets_its_counter_view_by_class_attribute(vcpu: hwrng.Platform
     assert type(vcpu).counter_type is hwrng.MersenneCounter  # type: ignore[attr-defined]
     assert isinstance(vcpu.counter, hwrng.MersenneCounter)
     assert vcpu.counter is not hwrng.host_counter(), "its own memo, not the host generator's"
-    assert hwrng.DeviceModulePlatform.counter_type is hwrng.PhiloxCounter
+    # the default serves each generator as it is: native offsets, else its state's layout
+    from hwrng._device_counter import DeviceCounter
+
+    assert hwrng.DeviceModulePlatform.counter_type is DeviceCounter
 
 
 def test_the_final_methods_are_the_ones_marked_final() -> None:

@@ -55,6 +55,7 @@ def test_implementation_modules_are_private() -> None:
     public = {name for name in top_level if not name.split(".")[-1].startswith("_")}
     assert public == {
         "hwrng.hookspecs",
+        "hwrng.cli",  # for plugins' commands: the table printer and exit statuses
         "hwrng.presets",
         "hwrng.dtensor",
         "hwrng.invariant",

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import hwrng
+from hwrng.cli import format_table
 from hwrng_conformance import plugin as conformance_plugin
-from hwrng_conformance._table import rule_table
 
 __all__ = ["ResultCollector", "RuleResult", "run_conformance"]
 
@@ -161,7 +161,7 @@ def run_conformance(
     rows = sorted(collector.results.values(), key=lambda r: (r.backend, r.rule))
     print()
     print(
-        rule_table(
+        format_table(
             ["BACKEND", "RULE", "RESULT", "WHY"],
             [[r.backend, r.rule, r.outcome.upper(), r.detail] for r in rows],
         )

@@ -74,6 +74,19 @@ attempt("OffsetTracker", lambda: hwrng.OffsetTracker().platform.name)
 attempt("get_rng_tracker", lambda: hwrng.presets.get_rng_tracker().platform.name)
 attempt("dtensor.install", installed)
 attempt("state_dict", lambda: "saved" if hwrng.state_dict() else "empty")
+attempt("load_state_dict", lambda: (hwrng.load_state_dict(hwrng.state_dict()), "restored")[1])
+
+
+def rng_state():
+    saved = hwrng.RNGState().state_dict()
+    read = {key: bytes(bytearray(value)) for key, value in saved.items()}  # as DCP hands it back
+    loading = hwrng.RNGState()
+    loading.state_dict()  # the template DCP loads into
+    loading.load_state_dict(read)
+    return ",".join(sorted(saved))
+
+
+attempt("RNGState", rng_state)
 attempt("manual_seed again", lambda: (hwrng.manual_seed(2), hwrng.current_seeding().platform)[1])
 attempt("megatron_manual_seed", lambda: (hwrng.presets.megatron_manual_seed(3),
                                          hwrng.current_seeding().platform)[1])
@@ -123,6 +136,13 @@ def test_every_entry_point_follows_the_plans_platform(
 
 def test_state_dict_follows_it_too(results: dict[str, str]) -> None:
     assert results["state_dict"] == "saved"
+    assert results["load_state_dict"] == "restored"
+
+
+def test_rng_state_saves_and_loads_on_the_plans_platform(results: dict[str, str]) -> None:
+    """RNGState resolves the platform once, the plan's: on main it asked the registry, which
+    refuses the unserved accelerator."""
+    assert results["RNGState"] == "job,rank_0"
 
 
 def test_without_a_plan_the_registry_decides_again(results: dict[str, str]) -> None:

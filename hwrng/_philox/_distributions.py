@@ -64,7 +64,7 @@ _F32 = torch.float32
 # Blocks per batch. On the CPU a batch's temporaries stay in the last-level cache (2-4x
 # faster than whole-tensor passes, measured) while each op is still large enough to run on
 # every core; elsewhere batches only bound the temporaries' memory.
-_CPU_BLOCKS = 1 << 16
+_CPU_BLOCKS = 1 << 17
 _DEVICE_BLOCKS = 1 << 20
 # a run of consecutive indices at least this long is drawn on its own
 _LONG_RUN = 1 << 14

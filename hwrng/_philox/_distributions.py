@@ -79,11 +79,14 @@ def _settle_the_allocator() -> None:
     """Have glibc serve a batch's temporaries (1 to 4 MB each) from its heap.
 
     glibc ``malloc`` maps a block of at least its threshold with ``mmap`` and
-    unmaps it when freed, so each temporary costs fresh pages and their page
-    faults (a third of the normal op's time, and most of its run-to-run
-    variance, measured); the threshold rises to the size of the largest block
-    freed. Freeing one 16 MB block, never touched, raises it above every
-    temporary for the rest of the process. Elsewhere this is one allocation.
+    unmaps it when freed, and trims its heap above twice that threshold, so in
+    a fresh process each temporary costs fresh pages and their page faults
+    (half the normal op's time on the development machine, and most of its
+    run-to-run variance); the thresholds rise with the largest block freed.
+    Freeing one 30 MB block, never touched, raises them above every temporary
+    for the rest of the process -- what any job that frees a tensor of that
+    size does anyway, so in a training job it is usually done already. With
+    another allocator this is one allocation and nothing more.
     """
     global _settled
     if not _settled:
@@ -188,7 +191,7 @@ def _draw(
     if flat_out.numel() == 0:
         return out
     shift = per_block.bit_length() - 1
-    if device.type == "cpu":
+    if device.type == torch.default_generator.device.type:  # the host's memory
         _settle_the_allocator()
     rounds = Rounds(seed & MASK32, seed >> 32, device)
     if isinstance(index, ShardIndices):

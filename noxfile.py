@@ -142,10 +142,10 @@ WHEELHOUSE = ".nox/wheelhouse"
 def wheels(session: nox.Session) -> None:
     """Every distribution as a user and a vendor get it: built wheels, not editable installs.
 
-    Builds the four wheels, then in this session's clean venv: the root wheel
-    alone seeds on the CPU; with every wheel, ``hwrng backends`` names each
-    backend's distribution, ``hwrng conformance --backend cpu`` and ``hwrng
-    check`` pass, and so does the out-of-tree example backend's conformance.
+    Builds the wheels (four distributions and the two example backends), then in this
+    session's clean venv: the root wheel alone seeds on the CPU; with every wheel, ``hwrng
+    backends`` names each backend's distribution, ``hwrng conformance --backend cpu`` and
+    ``hwrng check`` pass, and so do the out-of-tree example backends' conformance runs.
     """
     import shutil
 
@@ -156,7 +156,7 @@ def wheels(session: nox.Session) -> None:
         DOCS_TORCH, "numpy>=1.26", "pluggy>=1.5", "packaging>=22", "pytest>=8.0", "setuptools>=64"
     )
     session.install("wheel")
-    for project in (".", "./conformance", "./backends/cuda", "./backends/npu", f"./{EXAMPLE}"):
+    for project in (".", "./conformance", "./backends/cuda", "./backends/npu", *EXAMPLES):
         session.run(
             "python",
             "-m",
@@ -168,13 +168,20 @@ def wheels(session: nox.Session) -> None:
             WHEELHOUSE,
             project,
         )
-    for project in (".", "conformance", "backends/cuda", "backends/npu", EXAMPLE):
+    for project in (".", "conformance", "backends/cuda", "backends/npu", *EXAMPLES):
         shutil.rmtree(os.path.join(project, "build"), ignore_errors=True)  # setuptools' leftovers
     session.env.pop("PYTHONPATH", None)
     wheelhouse = os.path.abspath(WHEELHOUSE)
     session.chdir(session.create_tmp())  # nothing of the checkout on sys.path
     # a venv reused from an earlier run: none of ours installed before the root wheel alone
-    ours = ("hwrng", "hwrng-cuda", "hwrng-npu", "hwrng-conformance", "hwrng-example-vcpu")
+    ours = (
+        "hwrng",
+        "hwrng-cuda",
+        "hwrng-npu",
+        "hwrng-conformance",
+        "hwrng-example-vcpu",
+        "hwrng-example-nooffset",
+    )
     session.run("python", "-m", "pip", "uninstall", "--yes", *ours)
     session.install("--no-index", "--find-links", wheelhouse, "hwrng")
     session.run("python", "-c", ALONE)
@@ -184,16 +191,19 @@ def wheels(session: nox.Session) -> None:
         wheelhouse,
         "hwrng[cuda,npu,conformance]",
         "hwrng-example-vcpu",
+        "hwrng-example-nooffset",
     )
     session.run("python", "-c", "import hwrng, sys; print(hwrng.__file__)")
     session.run("hwrng", "backends")
     session.run("hwrng", "conformance", "--backend", "cpu", "--nproc", "2")
     session.run("hwrng", "conformance", "--backend", "vcpu", "--nproc", "2")
+    session.run("hwrng", "conformance", "--backend", "nooffset", "--nproc", "2")
     session.run("hwrng", "check", "--nproc", "4")
 
 
-#: The out-of-tree example backend, built and conformance-checked by ``nox -s wheels``.
-EXAMPLE = "examples/hwrng-example-vcpu"
+#: The out-of-tree example backends, built and conformance-checked by ``nox -s wheels``: a
+#: software device over CPU generators, and one whose generators have no offsets (OpenReg's kind).
+EXAMPLES = ("examples/hwrng-example-vcpu", "examples/hwrng-example-nooffset")
 
 #: What the root wheel alone must do: seed on the CPU, with no other distribution installed.
 ALONE = """

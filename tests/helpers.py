@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,13 @@ from torch.distributed.tensor import Shard
 
 from hwrng.testing import DistributedPool
 
-__all__ = ["held_indices", "hwrng_backends", "pool_fixture", "write_distribution"]
+__all__ = [
+    "held_indices",
+    "hwrng_backends",
+    "install_example",
+    "pool_fixture",
+    "write_distribution",
+]
 
 
 def pool_fixture(nproc: int, *, timeout: float = 120.0, name: str = "pool") -> Any:
@@ -90,3 +97,32 @@ def hwrng_backends(
         timeout=120,
         check=False,
     )
+
+
+def install_example(example: Path, work: Path) -> dict[str, str]:
+    """Install an example backend distribution offline into ``work``; the environment to see it.
+
+    The source is copied first, so setuptools' leftovers never land in the checkout.
+    """
+    source = work / "source"
+    shutil.copytree(example, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    target = work / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), *sys.path])}

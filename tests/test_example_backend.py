@@ -2,42 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import install_example
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hwrng-example-vcpu"
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    work = tmp_path_factory.mktemp("example")
-    source = work / "source"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    target = work / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-index",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(target),
-            str(source),
-        ],
-        check=True,
-        timeout=300,
-        capture_output=True,
-    )
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), *sys.path])}
+    return install_example(EXAMPLE, tmp_path_factory.mktemp("example"))
 
 
 def hwrng_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,14 +8,13 @@ directory, as a vendor's distribution would be; the counter view is also checked
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import install_example
 
 import hwrng
 from hwrng._device_counter import DeviceCounter
@@ -26,29 +25,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hwrng-example-noof
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    work = tmp_path_factory.mktemp("example")
-    source = work / "source"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    target = work / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-index",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(target),
-            str(source),
-        ],
-        check=True,
-        timeout=300,
-        capture_output=True,
-    )
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), *sys.path])}
+    return install_example(EXAMPLE, tmp_path_factory.mktemp("example"))
 
 
 def conformance(env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:

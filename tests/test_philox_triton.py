@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
+from collections import Counter
+from typing import Any
 
 import pytest
 import torch
@@ -147,6 +150,13 @@ for op, parameters in (("uniform", {"low": -1.0, "high": 2.5}), ("normal", {}),
                 assert bits(again) == first, (op, dtype, block)
         finally:
             fused._BLOCK = original
+        # int64 element positions (shards of 2**31 elements or more) give the same bits
+        try:
+            fused._WIDE_FROM = 0
+            wide = getattr(fused, op)(11, 2**33, dims, shape, dtype, **parameters)
+            assert bits(wide) == first, (op, dtype, "wide")
+        finally:
+            fused._WIDE_FROM = 2**31
 print("ok")
 """
 
@@ -187,3 +197,180 @@ def test_cuda_draws_the_cpus_numbers() -> None:
         assert torch.equal(philox.bernoulli_mask(9, 16, index.cuda(), q).cpu(), cpu)
         described = philox.bernoulli_mask(9, 16, philox.ShardIndices(tuple(cuda_dims), shape), q)
         assert torch.equal(described.cpu(), cpu)
+
+
+def _known_answer_mismatches(device: str) -> list[str]:
+    """Every known answer drawn on ``device`` by both paths; the cases that differ, by name."""
+    import json
+
+    from hwrng_conformance import invariant_reference as reference
+
+    dtypes = {
+        "float32": torch.float32,
+        "float64": torch.float64,
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+    }
+    ints = {
+        torch.float32: torch.int32,
+        torch.float64: torch.int64,
+        torch.float16: torch.int16,
+        torch.bfloat16: torch.int16,
+        torch.bool: torch.int8,
+    }
+
+    def bits(values: torch.Tensor) -> list[int]:
+        width = values.element_size() * 8
+        raw = values.cpu().view(ints[values.dtype]).to(torch.int64).reshape(-1).tolist()
+        return [v & ((1 << width) - 1) for v in raw]
+
+    def draw(case: dict, dims: list[torch.Tensor], shape: tuple[int, ...], fused_path: bool):
+        where = (
+            philox.ShardIndices(tuple(dims), shape)
+            if fused_path
+            else philox.flat_index(dims, shape)
+        )
+        if case["op"] == "bernoulli":
+            return philox.bernoulli_mask(case["seed"], case["position"], where, case["p"])
+        names = ("low", "high", "mean", "std", "a", "b")
+        parameters = {k: case[k] for k in names if k in case}
+        op = getattr(philox, case["op"])
+        return op(case["seed"], case["position"], where, dtypes[case["dtype"]], **parameters)
+
+    document = json.loads(reference.KAT_PATH.read_text(encoding="utf-8"))
+    wrong = []
+    for number, case in enumerate(document["cases"]):
+        (_, values), *far = case["runs"]
+        label = f"case {number} {case['op']} {case.get('dtype', 'bool')}"
+        for fused_path in (True, False):
+            path = "described shard" if fused_path else "flat index"
+            whole = [torch.arange(12, device=device), torch.arange(8, device=device)]
+            if bits(draw(case, whole, (12, 8), fused_path)) != [int(v, 16) for v in values]:
+                wrong.append(f"{label} ({path})")
+            for start, row in far:
+                dims = [torch.tensor([start // 8], device=device), torch.arange(8, device=device)]
+                if bits(draw(case, dims, (2**58, 8), fused_path)) != [int(v, 16) for v in row]:
+                    wrong.append(f"{label} ({path}, row {start // 8})")
+    return wrong
+
+
+def test_the_cpu_computes_the_known_answers() -> None:
+    assert _known_answer_mismatches("cpu") == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device is visible")
+@pytest.mark.cuda
+def test_cuda_computes_the_known_answers() -> None:
+    # the described shard takes the fused kernel where Triton serves CUDA, the flat index the
+    # generic path's torch ops on the GPU: both must give the contract's bits
+    assert _known_answer_mismatches("cuda") == [], fused.why_unavailable("cuda")
+
+
+# The kernel compiled for an H100/H200 (sm_90) without a GPU: Triton's NVIDIA backend runs on the
+# CPU. Its PTX must hold IEEE-rounded float operations only. The interpreter cannot see this (it
+# divides with NumPy): on an H200, float32 division through ``tl.math.fdiv(ieee_rounding=True)``
+# compiled to the approximate ``div.full.f32`` and broke 7 known-answer cases.
+_ROUNDED = re.compile(
+    r"(add|sub|mul|div)\.rn\.f(32|64)"  # explicit rounding: ptxas never contracts these
+    r"|(neg|abs|min|max|selp|mov)\.f(32|64)"  # exact
+    r"|setp\.[a-z]+\.f(32|64)"  # comparisons
+    r"|cvt\.rn\.f(16|32|64)\.[su](32|64)|cvt\.rn\.f16\.f32|cvt\.f64\.f32"  # conversions
+)
+
+
+def _float_instructions(ptx: str) -> Counter[str]:
+    mnemonics = re.findall(r"^\s*(?:@!?%p\d+\s+)?([a-z][a-z0-9_.]*)", ptx, re.MULTILINE)
+    return Counter(m for m in mnemonics if re.search(r"\.(f16|bf16|f32|f64)(\.|$)", m))
+
+
+def _not_rounded(ptx: str) -> dict[str, int]:
+    return {m: n for m, n in _float_instructions(ptx).items() if not _ROUNDED.fullmatch(m)}
+
+
+def _sm90_ptx(function: Any, signature: dict[str, str], constants: dict[str, Any]) -> str:
+    """``function`` compiled for sm_90 with contraction off, as the launch does; its PTX."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(function.arg_names)
+    source = ASTSource(
+        function, signature, constexprs={(names.index(k),): v for k, v in constants.items()}
+    )
+    compiled = fused.triton.compile(
+        source, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False}
+    )
+    return str(compiled.asm["ptx"])
+
+
+def _nvidia_backend_or_skip() -> None:
+    if fused.triton is None:
+        pytest.skip(
+            "Triton is not installed (the torch 2.14.1 and 2.15 cells of noxfile.py have it)"
+        )
+    from triton.backends import backends
+
+    if "nvidia" not in backends:
+        pytest.skip("this Triton has no NVIDIA backend")
+
+
+def test_the_ptx_check_flags_approximate_float_operations() -> None:
+    _nvidia_backend_or_skip()
+    tl = fused.tl
+
+    @fused.triton.jit
+    def approximate(out_ptr, x_ptr, BLOCK: fused.tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        tl.store(out_ptr + offs, tl.math.fdiv(x, x + 3.0) + tl.sqrt(x))
+
+    signature = {"out_ptr": "*fp32", "x_ptr": "*fp32", "BLOCK": "constexpr"}
+    flagged = _not_rounded(_sm90_ptx(approximate, signature, {"BLOCK": 128}))
+    assert any(m.startswith("div.") for m in flagged), flagged
+    assert any(m.startswith("sqrt.") for m in flagged), flagged
+
+
+KERNEL_VARIANTS = [  # (name, kind, output pointer, unit interval, int64 positions)
+    ("uniform float32", fused._UNIFORM32, "*fp32", False, False),
+    ("uniform bfloat16", fused._UNIFORM32, "*bf16", False, False),
+    ("uniform float16 [0, 1)", fused._UNIFORM32, "*fp16", True, False),
+    ("uniform float64", fused._UNIFORM64, "*fp64", False, False),
+    ("normal float32", fused._NORMAL32, "*fp32", False, False),
+    ("normal float32, 2**31 elements or more", fused._NORMAL32, "*fp32", False, True),
+    ("normal bfloat16", fused._NORMAL32, "*bf16", False, False),
+    ("normal float64", fused._NORMAL64, "*fp64", False, False),
+    ("bernoulli", fused._BERNOULLI, "*i1", False, False),
+    ("bernoulli per element", fused._BERNOULLI_P, "*i1", False, False),
+    ("trunc_normal float32", fused._TRUNC32, "*fp32", False, False),
+    ("trunc_normal float16", fused._TRUNC32, "*fp16", False, False),
+    ("trunc_normal float64", fused._TRUNC64, "*fp64", False, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "out", "unit", "wide"),
+    [v[1:] for v in KERNEL_VARIANTS],
+    ids=[v[0] for v in KERNEL_VARIANTS],
+)
+def test_every_kernel_variant_compiles_to_ieee_rounded_ptx(
+    kind: int, out: str, unit: bool, wide: bool
+) -> None:
+    _nvidia_backend_or_skip()
+    names = list(fused._kernel.arg_names)
+    constants = {"KIND": kind, "BLOCK_SHIFT": 2, "SHIFT": 8, "UNIT": unit, "BLOCK": 256}
+    constants["WIDE"] = wide
+    if kind in (fused._UNIFORM64, fused._NORMAL64, fused._TRUNC64):
+        constants.update(BLOCK_SHIFT=1, SHIFT=0)
+    signature = {}
+    for name in names:
+        if name in constants:
+            signature[name] = "constexpr"
+        elif name == "out_ptr":
+            signature[name] = out
+        elif name.endswith("_ptr"):
+            signature[name] = "*i64"
+        else:
+            signature[name] = "i32" if name in ("shift", "mirror") else "i64"
+    ptx = _sm90_ptx(fused._kernel, signature, constants)
+    assert _not_rounded(ptx) == {}
+    if kind not in (fused._BERNOULLI, fused._BERNOULLI_P):
+        assert _float_instructions(ptx), "no float operation found: the PTX scan reads nothing"

@@ -16,10 +16,13 @@ and every float operation are those of the generic path
 -- the same IEEE operations in the same order: float32 alone for float32,
 float16 and bfloat16 results. Where Triton would approximate, the kernel says
 how to round: FP contraction is off (``enable_fp_fusion=False``: no fused
-multiply-add), every division is ``tl.math.fdiv(..., ieee_rounding=True)``
-(Triton's ``/`` on float32 is an approximate division), and no library
-function is called (no ``tl.sqrt``, whose float32 form is approximate:
-hwrng's Newton square root instead). So
+multiply-add); every float32 division is ``tl.math.div_rn`` (Triton's ``/``
+on float32 is ``div.full.f32``, off by up to 2 ulp, and Triton up to at least
+3.6 ignores ``tl.math.fdiv``'s ``ieee_rounding=True``, triton-lang/triton#10073:
+on an H200 that flag left 7 of the 51 known-answer cases wrong, float32
+normal and truncated normal); float64 division is Triton's ``/``
+(``div.rn.f64``); and no library function is called (no ``tl.sqrt``, whose
+float32 form is approximate: hwrng's Newton square root instead). So
 the values are bit-identical to the generic path's. The float32-to-bfloat16
 rounding is done on the bits (round to nearest even, as torch does), so it
 does not depend on the backend's conversion instruction either. Float
@@ -89,6 +92,8 @@ MAX_DIMS = 4
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _BLOCK = 4096 if _INTERPRET else 256
+# Shards from this many elements (plus a block) index their elements in int64 (tests lower it).
+_WIDE_FROM = 2**31
 
 # what the kernel computes (a constexpr)
 (_UNIFORM32, _UNIFORM64, _NORMAL32, _NORMAL64, _BERNOULLI, _BERNOULLI_P, _TRUNC32, _TRUNC64) = (
@@ -208,13 +213,22 @@ if triton is not None:
         return ((a.to(tl.int64) >> 5) << 26) | (b.to(tl.int64) >> 6)
 
     # Each float operation below is one IEEE operation, rounded to nearest: FP contraction is
-    # off at the launch (enable_fp_fusion=False), division is IEEE (``_div``: Triton's ``/`` is
-    # an approximate division for float32), and no library function is called.
+    # off at the launch (enable_fp_fusion=False), division is IEEE (``_div32``, ``_div``: Triton's
+    # ``/`` is an approximate division for float32), and no library function is called.
+
+    @triton.jit
+    def _div32(x, y):
+        """float32 ``x / y`` rounded to nearest (``div.rn.f32`` on NVIDIA GPUs)."""
+        return tl.math.div_rn(x, y)
 
     @triton.jit
     def _div(x, y):
-        """``x / y`` rounded to nearest (float32 or float64): Triton's ``/`` approximates."""
-        return tl.math.fdiv(x, y, ieee_rounding=True)
+        """float64 ``x / y`` rounded to nearest: Triton's float64 ``/`` is ``div.rn.f64``.
+
+        (Not ``tl.math.fdiv(..., ieee_rounding=True)``: from Triton 3.8 that asks for the
+        float32 intrinsic and fails to compile for float64.)
+        """
+        return x / y
 
     @triton.jit
     def _horner4(x, c0: tl.constexpr, c1: tl.constexpr, c2: tl.constexpr, c3: tl.constexpr):
@@ -256,7 +270,7 @@ if triton is not None:
         bits = v.to(tl.int32, bitcast=True)
         y = _f32((bits >> 1) + _SQRT_SEED)
         for _ in tl.static_range(3):
-            y = _div(v, y) + y
+            y = _div32(v, y) + y
             y = y * 0.5
         return tl.where(bits == 0, 0.0, y)
 
@@ -268,7 +282,7 @@ if triton is not None:
         z = _f32(bits - (k << 23))
         e = (k + shift).to(tl.float32)
         f = z - 1.0
-        s = _div(f, f + 2.0)
+        s = _div32(f, f + 2.0)
         w = s * s
         tail = _horner3(w, _G0, _G1, _G2) * w
         half_square = (f * f) * 0.5
@@ -301,11 +315,11 @@ if triton is not None:
         """``_math32.ndtri_tail``: ``-Phi^-1(p)`` from ``t = sqrt(-ln p)``."""
         near = t - 1.625
         far = t - 5.0
-        y_near = _div(
+        y_near = _div32(
             _horner5(near, _NA0, _NA1, _NA2, _NA3, _NA4),
             _horner5(near, _NB0, _NB1, _NB2, _NB3, _NB4),
         )
-        y_far = _div(
+        y_far = _div32(
             _horner5(far, _FA0, _FA1, _FA2, _FA3, _FA4),
             _horner5(far, _FB0, _FB1, _FB2, _FB3, _FB4),
         )
@@ -316,7 +330,7 @@ if triton is not None:
         """``_math32.ndtri_central``: ``Phi^-1(1/2 + q)`` for ``|q| <= 0.425``."""
         r = _R0 - q * q
         a = q * _horner5(r, _CA0, _CA1, _CA2, _CA3, _CA4)
-        return _div(a, _horner5(r, _CB0, _CB1, _CB2, _CB3, _CB4))
+        return _div32(a, _horner5(r, _CB0, _CB1, _CB2, _CB3, _CB4))
 
     @triton.jit
     def _horner7(
@@ -480,7 +494,7 @@ if triton is not None:
             "p0_bits", "upper_bits", "shift", "mirror", "threshold",
         ]
     )  # fmt: skip
-    def _kernel(  # noqa: PLR0915
+    def _kernel(  # noqa: PLR0912, PLR0915
         out_ptr,
         p_ptr,
         i0_ptr,
@@ -517,10 +531,14 @@ if triton is not None:
         BLOCK_SHIFT: tl.constexpr,
         SHIFT: tl.constexpr,
         UNIT: tl.constexpr,
+        WIDE: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
         out_dtype: tl.constexpr = out_ptr.dtype.element_ty
-        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        if WIDE:  # a shard of 2**31 elements or more: int64 positions (slow division)
+            offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        else:  # int32 positions: the shard's sizes are int32 too, so no int64 division below
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < total
         j3 = offs % n3
         rest = offs // n3
@@ -714,6 +732,7 @@ def _launch(
         BLOCK_SHIFT=1 if kind in (_UNIFORM64, _NORMAL64, _TRUNC64) else 2,
         SHIFT=shift,
         UNIT=unit,
+        WIDE=total + size >= _WIDE_FROM,
         BLOCK=size,
         enable_fp_fusion=False,
     )

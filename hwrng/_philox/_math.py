@@ -33,13 +33,12 @@ from __future__ import annotations
 import decimal
 import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 import torch
 
-from hwrng._philox._math32 import f32
+from hwrng._philox._math32 import f32, horner
 
 __all__ = [
     "LN2_HI",
@@ -158,15 +157,6 @@ NDTRI_F = (
 )
 
 
-def _poly(coefficients: Sequence[float], x: torch.Tensor) -> torch.Tensor:
-    """``sum_k coefficients[k] * x**k`` by Horner's rule, one multiply and one add a step."""
-    acc = x * coefficients[-1]
-    acc.add_(coefficients[-2])
-    for c in coefficients[-3::-1]:
-        acc.mul_(x).add_(c)
-    return acc
-
-
 def ln(x: torch.Tensor, subnormal: bool = True) -> torch.Tensor:
     """Natural logarithm of positive finite float64 ``x`` (``subnormal``: x may be below 2**-1022).
 
@@ -188,7 +178,7 @@ def ln(x: torch.Tensor, subnormal: bool = True) -> torch.Tensor:
     f = z - 1.0  # exact (Sterbenz)
     s = f / (f + 2.0)
     w = s * s
-    tail = _poly(LN_G, w).mul_(w)
+    tail = horner(LN_G, w).mul_(w)
     half_square = (f * f).mul_(0.5)
     # ln(1 + f) = f - (f**2 / 2 - s * (f**2 / 2 + tail)), each term small next to f
     inner = (half_square + tail).mul_(s).add_(exponent * LN2_LO)
@@ -216,7 +206,7 @@ def sqrt(v: torch.Tensor) -> torch.Tensor:
 
 def sin_half_pi(s: torch.Tensor) -> torch.Tensor:
     """``sin(pi * s / 2)`` for float64 ``s`` in ``[0, 1]``."""
-    return _poly(SIN_H, s * s).mul_(s)
+    return horner(SIN_H, s * s).mul_(s)
 
 
 def sincos_turns(k: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -242,7 +232,7 @@ def ndtri(p: torch.Tensor) -> torch.Tensor:
     """The inverse standard normal CDF of float64 ``p`` in ``[0, 1]`` (0 and 1 give -/+38.5)."""
     q = p - 0.5
     r = 0.180625 - q * q
-    central = _poly(NDTRI_A, r).mul_(q).div_(_poly(NDTRI_B, r))
+    central = horner(NDTRI_A, r).mul_(q).div_(horner(NDTRI_B, r))
     lower = q < 0
     tail_p = torch.where(lower, p, 1.0 - p).clamp_(min=math.ulp(0.0))
     t = sqrt(ln(tail_p).neg_())
@@ -250,8 +240,8 @@ def ndtri(p: torch.Tensor) -> torch.Tensor:
     far = t - 5.0
     tail = torch.where(
         t <= 5.0,
-        _poly(NDTRI_C, near).div_(_poly(NDTRI_D, near)),
-        _poly(NDTRI_E, far).div_(_poly(NDTRI_F, far)),
+        horner(NDTRI_C, near).div_(horner(NDTRI_D, near)),
+        horner(NDTRI_E, far).div_(horner(NDTRI_F, far)),
     )
     tail = torch.where(lower, -tail, tail)
     return torch.where(q.abs() <= 0.425, central, tail)

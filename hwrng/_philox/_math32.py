@@ -51,6 +51,7 @@ __all__ = [
     "NDTRI_NEAR_B",
     "SIN_S",
     "f32",
+    "horner",
     "less_than",
     "ln",
     "ndtri_central",
@@ -114,8 +115,12 @@ CENTRAL_LIMIT_BITS = 0x3ED9999A
 _SIGN = -(2**31)  # the float32 sign bit, as an int32
 
 
-def _poly(coefficients: Sequence[float], x: torch.Tensor) -> torch.Tensor:
-    """``sum_k coefficients[k] * x**k`` by Horner's rule: one multiply, then one add, a step."""
+def horner(coefficients: Sequence[float], x: torch.Tensor) -> torch.Tensor:
+    """``sum_k coefficients[k] * x**k`` by Horner's rule: one multiply, then one add, a step.
+
+    Each step is its own torch op, so each is rounded in ``x``'s dtype (float32 here, float64
+    in :mod:`hwrng._philox._math`) and never fused into a multiply-add.
+    """
     acc = x * coefficients[-1]
     acc.add_(coefficients[-2])
     for c in coefficients[-3::-1]:
@@ -140,7 +145,7 @@ def ln(x: torch.Tensor, exponent: int = 0) -> torch.Tensor:
     f = z.sub_(1.0)  # exact (Sterbenz)
     s = f / (f + 2.0)
     w = s * s
-    tail = _poly(LN_G, w).mul_(w)
+    tail = horner(LN_G, w).mul_(w)
     half_square = (f * f).mul_(0.5)
     inner = (half_square + tail).mul_(s).add_(e * LN2_LO)
     return f.sub_(half_square.sub_(inner)).add_(e.mul_(LN2_HI))
@@ -202,9 +207,9 @@ def sincos_turns(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # t = (2**21 - |m - 2**21|) / 2**22, m = k mod 2**22: exact in float32
     t = (k & 0x3FFFFF).to(_F32).sub_(2.0**21).abs_().neg_().add_(2.0**21).mul_(2.0**-22)
     w = t * t
-    sin_t = _poly(SIN_S, w).mul_(t)
+    sin_t = horner(SIN_S, w).mul_(t)
     sin_t.add_(t.mul_(1.5))  # t is not needed past here
-    cos_t = _poly(COS_C, w).mul_(w).add_(1.0)
+    cos_t = horner(COS_C, w).mul_(w).add_(1.0)
     # bits 23, 22, 21 of k (the quadrant's two bits, the fold) moved to the sign bit
     bit23, bit22 = k << 8, k << 9
     bit21 = k.bitwise_left_shift_(10)
@@ -221,7 +226,7 @@ def sincos_turns(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def ndtri_central(q: torch.Tensor) -> torch.Tensor:
     """``Phi^-1(1/2 + q)`` for float32 ``|q| <= 0.425``: ``q A(r) / B(r)``, ``r = R0 - q**2``."""
     r = (q * q).neg_().add_(R0)
-    return (q * _poly(NDTRI_CENTRAL_A, r)).div_(_poly(NDTRI_CENTRAL_B, r))
+    return (q * horner(NDTRI_CENTRAL_A, r)).div_(horner(NDTRI_CENTRAL_B, r))
 
 
 def ndtri_tail(t: torch.Tensor) -> torch.Tensor:
@@ -231,8 +236,8 @@ def ndtri_tail(t: torch.Tensor) -> torch.Tensor:
     beyond = less_than(_FAR_BITS, t)  # t > 5 (t >= 0, or NaN: then beyond too)
     return select(
         beyond,
-        _poly(NDTRI_FAR_A, far).div_(_poly(NDTRI_FAR_B, far)),
-        _poly(NDTRI_NEAR_A, near).div_(_poly(NDTRI_NEAR_B, near)),
+        horner(NDTRI_FAR_A, far).div_(horner(NDTRI_FAR_B, far)),
+        horner(NDTRI_NEAR_A, near).div_(horner(NDTRI_NEAR_B, near)),
     )
 
 

@@ -33,6 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT), str(ROOT / "conformance" / "src")]
 
+import known_answers  # noqa: E402
 import test_philox_triton as checks  # noqa: E402
 
 from hwrng import _philox as philox  # noqa: E402
@@ -61,11 +62,11 @@ def check() -> bool:
     device = torch.cuda.get_device_name()
     print(f"torch {torch.__version__}, triton {triton.__version__}, {device}")
     print("fused kernel on cuda:", fused.why_unavailable("cuda") or "available")
-    wrong = checks._known_answer_mismatches("cuda")
+    wrong = known_answers.mismatches("cuda")
     print(f"known answers, int32 positions: {len(wrong)} wrong {wrong}")
     fused._WIDE_FROM = 0
     try:
-        wide = checks._known_answer_mismatches("cuda")
+        wide = known_answers.mismatches("cuda")
     finally:
         fused._WIDE_FROM = 2**31
     print(f"known answers, int64 positions: {len(wide)} wrong {wide}")

@@ -3,7 +3,6 @@ reference), and the float64-free computation of every float32, float16 and bfloa
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -11,40 +10,12 @@ import pytest
 import torch
 from hwrng_conformance import invariant_reference as reference
 from hwrng_conformance.helpers import Float64Refused, refuse_float64
+from known_answers import KNOWN, bits_of, draw_case
 from torch.distributed.tensor import Shard
 
 import hwrng
 from hwrng import _philox as philox
 from hwrng import invariant
-
-KNOWN = json.loads(reference.KAT_PATH.read_text(encoding="utf-8"))
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bool": torch.bool,
-}
-_BITS = {torch.float32: torch.int32, torch.float64: torch.int64}
-
-
-def bits_of(values: torch.Tensor) -> list[int]:
-    """The bit pattern of each value, as non-negative ints (bool: 0 or 1)."""
-    if values.dtype == torch.bool:
-        return values.to(torch.int64).reshape(-1).tolist()
-    width = values.element_size() * 8
-    as_int = values.view(_BITS.get(values.dtype, torch.int16)).to(torch.int64)
-    return [b & ((1 << width) - 1) for b in as_int.reshape(-1).tolist()]
-
-
-def draw_case(case: dict[str, Any], index: philox.Indices) -> torch.Tensor:
-    """Case ``case`` of the known answers, drawn by hwrng at ``index``."""
-    seed, position, op = case["seed"], case["position"], case["op"]
-    if op == "bernoulli":
-        return philox.bernoulli_mask(seed, position, index, case["p"])
-    parameters = {k: case[k] for k in ("low", "high", "mean", "std", "a", "b") if k in case}
-    fill: Callable[..., torch.Tensor] = getattr(philox, op)
-    return fill(seed, position, index, DTYPES[case["dtype"]], **parameters)
 
 
 def case_id(case: dict[str, Any]) -> str:

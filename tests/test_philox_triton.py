@@ -18,6 +18,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+import known_answers
 import pytest
 import torch
 
@@ -66,41 +67,20 @@ def test_a_shard_the_kernel_cannot_serve_takes_the_generic_path(dtype: torch.dty
 
 
 INTERPRETED = """
-import json, sys, torch
+import sys, torch
+sys.path.insert(0, sys.argv[1])
 from hwrng import _philox
 from hwrng._philox import _distributions as generic
 from hwrng._philox import _triton as fused
-from hwrng_conformance import invariant_reference as reference
+from known_answers import bits_of as bits, mismatches
 
 assert fused.available("cpu"), fused.why_unavailable("cpu")
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16}
-INTS = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
-        torch.bfloat16: torch.int16, torch.bool: torch.int8}
 
-def bits(values):
-    width = values.element_size() * 8
-    ints = values.view(INTS[values.dtype]).to(torch.int64).reshape(-1).tolist()
-    return [v & ((1 << width) - 1) for v in ints]
-
-def draw(op, case, dims, shape, **launch):
-    seed, position = case["seed"], case["position"]
-    if op == "bernoulli":
-        return fused.bernoulli_mask(seed, position, dims, shape, case["p"])
-    names = ("low", "high", "mean", "std", "a", "b")
-    parameters = {k: case[k] for k in names if k in case}
-    return getattr(fused, op)(seed, position, dims, shape, DTYPES[case["dtype"]], **parameters)
-
-# 1. every known answer: a whole (12, 8) tensor, and rows of a (2**58, 8) tensor far out
-known = json.loads(reference.KAT_PATH.read_text(encoding="utf-8"))
-for case in known["cases"]:
-    (start, values), *far = case["runs"]
-    got = bits(draw(case["op"], case, [torch.arange(12), torch.arange(8)], (12, 8)))
-    assert got == [int(v, 16) for v in values], ("known answers", case)
-    for start, values in far:
-        got = bits(draw(case["op"], case, [torch.tensor([start // 8]), torch.arange(8)],
-                        (2**58, 8)))
-        assert got == [int(v, 16) for v in values], ("far known answers", case, start)
+# 1. every known answer, by the kernel (a described shard) and the generic path (a flat index)
+wrong = mismatches("cpu")
+assert not wrong, ("known answers", wrong)
 
 # 2. the generic path's values on shards of several shapes
 T = torch.tensor
@@ -170,7 +150,11 @@ print("ok")
 def test_the_fused_kernel_computes_the_contract_in_the_interpreter() -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     result = subprocess.run(
-        [sys.executable, "-c", INTERPRETED], capture_output=True, text=True, timeout=900, env=env
+        [sys.executable, "-c", INTERPRETED, os.path.dirname(__file__)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
     )
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
 
@@ -199,63 +183,8 @@ def test_cuda_draws_the_cpus_numbers() -> None:
         assert torch.equal(described.cpu(), cpu)
 
 
-def _known_answer_mismatches(device: str) -> list[str]:
-    """Every known answer drawn on ``device`` by both paths; the cases that differ, by name."""
-    import json
-
-    from hwrng_conformance import invariant_reference as reference
-
-    dtypes = {
-        "float32": torch.float32,
-        "float64": torch.float64,
-        "float16": torch.float16,
-        "bfloat16": torch.bfloat16,
-    }
-    ints = {
-        torch.float32: torch.int32,
-        torch.float64: torch.int64,
-        torch.float16: torch.int16,
-        torch.bfloat16: torch.int16,
-        torch.bool: torch.int8,
-    }
-
-    def bits(values: torch.Tensor) -> list[int]:
-        width = values.element_size() * 8
-        raw = values.cpu().view(ints[values.dtype]).to(torch.int64).reshape(-1).tolist()
-        return [v & ((1 << width) - 1) for v in raw]
-
-    def draw(case: dict, dims: list[torch.Tensor], shape: tuple[int, ...], fused_path: bool):
-        where = (
-            philox.ShardIndices(tuple(dims), shape)
-            if fused_path
-            else philox.flat_index(dims, shape)
-        )
-        if case["op"] == "bernoulli":
-            return philox.bernoulli_mask(case["seed"], case["position"], where, case["p"])
-        names = ("low", "high", "mean", "std", "a", "b")
-        parameters = {k: case[k] for k in names if k in case}
-        op = getattr(philox, case["op"])
-        return op(case["seed"], case["position"], where, dtypes[case["dtype"]], **parameters)
-
-    document = json.loads(reference.KAT_PATH.read_text(encoding="utf-8"))
-    wrong = []
-    for number, case in enumerate(document["cases"]):
-        (_, values), *far = case["runs"]
-        label = f"case {number} {case['op']} {case.get('dtype', 'bool')}"
-        for fused_path in (True, False):
-            path = "described shard" if fused_path else "flat index"
-            whole = [torch.arange(12, device=device), torch.arange(8, device=device)]
-            if bits(draw(case, whole, (12, 8), fused_path)) != [int(v, 16) for v in values]:
-                wrong.append(f"{label} ({path})")
-            for start, row in far:
-                dims = [torch.tensor([start // 8], device=device), torch.arange(8, device=device)]
-                if bits(draw(case, dims, (2**58, 8), fused_path)) != [int(v, 16) for v in row]:
-                    wrong.append(f"{label} ({path}, row {start // 8})")
-    return wrong
-
-
 def test_the_cpu_computes_the_known_answers() -> None:
-    assert _known_answer_mismatches("cpu") == []
+    assert known_answers.mismatches("cpu") == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device is visible")
@@ -263,7 +192,7 @@ def test_the_cpu_computes_the_known_answers() -> None:
 def test_cuda_computes_the_known_answers() -> None:
     # the described shard takes the fused kernel where Triton serves CUDA, the flat index the
     # generic path's torch ops on the GPU: both must give the contract's bits
-    assert _known_answer_mismatches("cuda") == [], fused.why_unavailable("cuda")
+    assert known_answers.mismatches("cuda") == [], fused.why_unavailable("cuda")
 
 
 # The kernel compiled for an H100/H200 (sm_90) without a GPU: Triton's NVIDIA backend runs on the

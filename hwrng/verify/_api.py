@@ -74,9 +74,10 @@ def _fingerprint(
     wanted: list[str] | None,
     platform: Platform,
     checked: Sequence[int] | None,
+    *,
+    plan: Seeding | None,
 ) -> _Fingerprint:
     """Everything this rank sends; may raise (the caller turns that into a setup failure)."""
-    plan = current_seeding()
     seeding = plan if sharded_dims is None else None
     keys = keys_for(seeding, mesh, sharded_dims)
     streams = rank_streams(platform, plan, seeding, keys.replica, mesh)
@@ -189,15 +190,14 @@ def verify(
     resolved = platform_in_force(platform)
     whole = Comm(group, resolved)
     failure = ""
-    fingerprint: _Fingerprint | None = None
+    mine: _Fingerprint | None = None
     comparison = None
     try:
         comparison = comparison_mesh(mesh, group, plan if dims is None else None)
         checked = None if group is None else whole.global_ranks()
-        fingerprint = _fingerprint(mesh, dims, wanted, resolved, checked)
+        mine = _fingerprint(mesh, dims, wanted, resolved, checked, plan=plan)
     except Exception as error:  # any failure must still reach the collectives
         failure = f"{type(error).__name__}: {error}"
-    mine = fingerprint
     agreed = agree_on(
         whole,
         mine is None,

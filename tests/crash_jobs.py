@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,26 @@ def draws() -> list[Any]:
     return [torch.rand(4).tolist(), random.random(), float(np.random.rand())]
 
 
+def save_twice(
+    save: Callable[[int], object], settle: Callable[[int], object] | None = None
+) -> dict[int, Any]:
+    """Save steps 1 and 2, the kill armed for step 2's save alone; what each rank draws after each.
+
+    ``settle(step)``, where given, runs after each save, unarmed (a rank keeping a first save's
+    file aside, a barrier).
+    """
+    after: dict[int, Any] = {}
+    for step in (1, 2):
+        if step == 2:
+            arm()
+        save(step)
+        disarm()
+        if settle is not None:
+            settle(step)
+        after[step] = draws()
+    return after
+
+
 def _rank0_writes_atomically(value: Any, path: str) -> None:
     """The trainer's own file: rank 0 writes it beside and renames it over (as Lightning)."""
     if dist.get_rank() == 0:
@@ -52,17 +73,14 @@ def by_hand_save(root: str, *, commit: bool = True) -> dict[int, Any]:
     _seed()
     torch.rand(3)
     state = hwrng.RNGState(directory=os.path.join(root, "trainer.pt.hwrng"))
-    after: dict[int, Any] = {}
-    for step in (1, 2):
-        if step == 2:
-            arm()
+
+    def save(step: int) -> None:
         saved = state.state_dict()
         _rank0_writes_atomically({"rng": saved, "step": step}, os.path.join(root, "trainer.pt"))
         if commit:
             state.commit()
-        disarm()
-        after[step] = draws()
-    return after
+
+    return save_twice(save)
 
 
 def by_hand_resume(root: str) -> Any:
@@ -95,14 +113,9 @@ def dcp_new_dir_save(root: str) -> dict[int, Any]:
     """``dcp.save`` to ``step-1`` then ``step-2``."""
     _seed()
     torch.rand(3)
-    after: dict[int, Any] = {}
-    for step in (1, 2):
-        if step == 2:
-            arm()
-        dcp.save(_dcp_state(step), checkpoint_id=os.path.join(root, f"step-{step}"))
-        disarm()
-        after[step] = draws()
-    return after
+    return save_twice(
+        lambda step: dcp.save(_dcp_state(step), checkpoint_id=os.path.join(root, f"step-{step}"))
+    )
 
 
 def dcp_new_dir_present(root: str) -> int | None:
@@ -137,17 +150,16 @@ def dcp_same_dir_save(root: str) -> dict[int, Any]:
     """``dcp.save`` twice to ``ckpt``; rank 0 keeps the first save's ``.metadata`` aside."""
     _seed()
     torch.rand(3)
-    after: dict[int, Any] = {}
-    for step in (1, 2):
-        if step == 2:
-            arm()
-        dcp.save(_dcp_state(step), checkpoint_id=os.path.join(root, "ckpt"))
-        disarm()
+
+    def keep_first_metadata(step: int) -> None:
         if step == 1 and dist.get_rank() == 0:
             shutil.copyfile(os.path.join(root, "ckpt", ".metadata"), root + ".metadata-1")
         dist.barrier()
-        after[step] = draws()
-    return after
+
+    return save_twice(
+        lambda step: dcp.save(_dcp_state(step), checkpoint_id=os.path.join(root, "ckpt")),
+        keep_first_metadata,
+    )
 
 
 def dcp_same_dir_present(root: str) -> int | None:

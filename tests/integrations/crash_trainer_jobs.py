@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from crash_harness import SavePath, arm, count_event, disarm
-from crash_jobs import draws
+from crash_jobs import draws, save_twice
 
 import hwrng
 from hwrng.integrations.lightning import HwrngCallback
@@ -139,14 +139,9 @@ def fabric_save(root: str) -> dict[int, Any]:
 
     fabric = _fabric()
     path = os.path.join(root, "state.ckpt")
-    after: dict[int, Any] = {}
-    for step in (1, 2):
-        if step == 2:
-            arm()
-        save_fabric(fabric, path, {"step": step, "rng": fabric_rng_state(path)})
-        disarm()
-        after[step] = draws()
-    return after
+    return save_twice(
+        lambda step: save_fabric(fabric, path, {"step": step, "rng": fabric_rng_state(path)})
+    )
 
 
 def fabric_resume(root: str) -> Any:
@@ -207,17 +202,13 @@ def accelerate_save(root: str) -> dict[int, Any]:
     _count_safetensors()
     accelerator = _accelerator()
     folder = os.path.join(root, "state")
-    after: dict[int, Any] = {}
-    for step in (1, 2):
-        if step == 2:
-            arm()
-        accelerator.save_state(folder)
-        disarm()
+
+    def keep_first_entry(step: int) -> None:
         if step == 1 and dist.get_rank() == 0:
             shutil.copyfile(os.path.join(folder, "custom_checkpoint_0.pkl"), root + ".entry-1")
         dist.barrier()
-        after[step] = draws()
-    return after
+
+    return save_twice(lambda step: accelerator.save_state(folder), keep_first_entry)
 
 
 def accelerate_resume(root: str) -> Any:
@@ -284,13 +275,7 @@ def _titan(root: str) -> Any:
 def torchtitan_save(root: str) -> dict[int, Any]:
     """The manager saves steps 1 and 2."""
     checkpointer = _titan(root)
-    after: dict[int, Any] = {}
-    for step in (1, 2):
-        if step == 2:
-            arm()
-        checkpointer.save(step)
-        disarm()
-        after[step] = draws()
+    after = save_twice(checkpointer.save)
     checkpointer.close()
     return after
 

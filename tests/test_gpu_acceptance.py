@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -128,6 +129,29 @@ def test_a_hanging_step_is_stopped_at_its_budget_with_its_children(
     assert result.verdict == "timed out" and "budget of 3 s" in result.summary
     child = int(re.search(r"child (\d+)", result.tail).group(1))  # type: ignore[union-attr]
     assert _gone(child), "the step's own child outlived it"
+
+
+def test_ctrl_c_on_the_run_stops_the_running_step_and_its_children(tmp_path: Path) -> None:
+    code = f"""
+import sys
+from pathlib import Path
+sys.path.insert(0, {str(BENCHMARKS)!r})
+from acceptance import outcomes, runner, steps
+runner.GRACE_S = 0.5
+hang = steps.Step("hang", "", 60, (), lambda c, d: ["-c", {HANGS_WITH_A_CHILD!r}],
+                  outcomes.from_probe)
+runner.run_all([hang], steps.Context("cpu", True), Path({str(tmp_path)!r}), 60)
+"""
+    parent = subprocess.Popen([sys.executable, "-c", code], env=NO_GPU)
+    log = tmp_path / "steps" / "hang" / "output.log"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and "child" in log.read_text()) and time.monotonic() < deadline:
+        assert parent.poll() is None, "the run stopped before its step started"
+        time.sleep(0.1)
+    child = int(re.search(r"child (\d+)", log.read_text()).group(1))  # type: ignore[union-attr]
+    parent.send_signal(signal.SIGINT)
+    assert parent.wait(timeout=30) != 0
+    assert _gone(child), "Ctrl-C left the step's child running"
 
 
 def test_crashes_and_hangs_get_their_verdicts_and_the_run_goes_on(

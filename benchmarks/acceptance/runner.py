@@ -115,7 +115,8 @@ def run_step(step: Step, context: Context, out: Path, limit_s: float) -> StepRes
         except subprocess.TimeoutExpired:
             timed_out = True
             returncode = -signal.SIGKILL
-        _stop_group(process)  # a step's leftover ranks or workers never outlive it
+        finally:  # also on Ctrl-C: a step's ranks and workers never outlive it
+            _stop_group(process)
     record.duration_s = round(time.monotonic() - started, 1)
     record.tail = _tail(log)
     if timed_out:

@@ -134,7 +134,10 @@ def _run_case(
         if "invariant mode" in name and refusals and "torch.compile" in str(refusals[0]):
             return "refused", f"refused as documented: {str(refusals[0])[:200]}"
         cause = _chain(error)[-1]
-        return "error", f"{type(error).__name__} from {type(cause).__name__}: {str(cause)[:300]}"
+        raised = type(error).__name__
+        if cause is not error:
+            raised += f" from {type(cause).__name__}"
+        return "error", f"{raised}: {str(cause)[:300]}"
     finally:
         hwrng.dtensor.uninstall()
 

@@ -278,6 +278,33 @@ def test_a_cuda_test_skipped_for_want_of_cuda_fails_on_a_gpu_but_not_in_a_rehear
     assert outcomes.from_pytest(_run("3 deselected in 0.1s", 5)).verdict == "failed"
 
 
+def test_the_region_costs_are_read_from_benchmarks_runs_results(tmp_path: Path) -> None:
+    from _timing import Result
+
+    region = "DTensor region on one GPU"
+    rows = [
+        Result("empty region or fork", "torch.random.fork_rng", 3.4, 0.2, 15),
+        Result(region, "torch OffsetBasedRNGTracker._distribute_region", 20.0, 1.0, 15),
+        Result(region, "hwrng OffsetTracker.region", 15.0, 1.0, 15, "torch ...", 0.75),
+        Result(region, "host-device syncs per hwrng region", 0.0, 0.0, 10, note="none"),
+    ]
+
+    def read(results: list[Result], rehearsal: bool, returncode: int = 0) -> outcomes.Outcome:
+        document = {"machine": {}, "results": [r.as_dict() for r in results]}
+        (tmp_path / "cuda-2026-12-01-quick.json").write_text(json.dumps(document))
+        return outcomes.from_benchmark(
+            outcomes.Run(returncode, "", tmp_path / "figures.json", tmp_path, rehearsal)
+        )
+
+    on_gpu = read(rows, rehearsal=False)
+    assert on_gpu.verdict == "passed"
+    assert "hwrng's region 0.75x torch's OffsetBasedRNGTracker region" in on_gpu.summary
+    assert len(on_gpu.figures["cases"]) == 4
+    assert read(rows[:1], rehearsal=False).verdict == "failed"
+    assert read(rows[:1], rehearsal=True).verdict == "passed"
+    assert read(rows, rehearsal=False, returncode=1).verdict == "crashed"
+
+
 # -- the goals and the report -------------------------------------------------------------------
 
 

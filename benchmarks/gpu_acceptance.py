@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rehearsal = bool(args.rehearse)
     log2 = args.bandwidth_log2 or (20 if rehearsal else 26)
-    context = steps.Context("cpu" if rehearsal else "cuda", rehearsal, log2)
+    scale = steps.REHEARSAL_BUDGET_SCALE if rehearsal else 1.0
+    context = steps.Context("cpu" if rehearsal else "cuda", rehearsal, log2, scale)
     try:
         selected = steps.select(args.only)
     except ValueError as error:
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         command,
         started_at,
         round(time.monotonic() - started, 1),
-        steps.TOTAL_BUDGET_S,
+        steps.TOTAL_BUDGET_S * scale,
         rehearsal,
         status,
     )

@@ -428,6 +428,7 @@ def test_a_rehearsal_runs_the_cpu_analogues_and_says_so(tmp_path: Path) -> None:
     assert [(s["name"], s["verdict"]) for s in saved["steps"]] == [
         ("environment", "passed"), ("check", "passed"), ("bandwidth", "passed")]  # fmt: skip
     assert saved["steps"][1]["command"] == "python3 -m hwrng check --backend cpu --nproc 1"
+    assert saved["steps"][1]["budget_s"] == 2 * steps.select(["check"])[0].budget_s
     assert saved["machine"]["hwrng version"] == hwrng.__version__
     assert set(saved["steps"][2]["figures"]["ops"]) == {"uniform", "normal", "dropout"}
     assert {g["verdict"] for g in saved["goals"]} == {"unmeasured"}

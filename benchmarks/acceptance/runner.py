@@ -148,25 +148,28 @@ def run_all(
     total_s: float,
     progress: Callable[[str], None] = print,
 ) -> list[StepResult]:
-    """Run the steps in order, each within its budget and what is left of ``total_s``."""
+    """Run the steps in order, each within its budget and what is left of ``total_s``.
+
+    Both are scaled by ``context.budget_scale``.
+    """
+    total_s *= context.budget_scale
     deadline = time.monotonic() + total_s
     results = []
     for step in steps:
+        budget = step.budget_s * context.budget_scale
         left = deadline - time.monotonic()
         if left < MIN_START_S:
             record = StepResult(
                 step.name,
                 step.checks,
                 step.shown(context),
-                step.budget_s,
+                budget,
                 "not run",
                 f"not run: the run's budget of {total_s:.0f} s was spent",
             )
         else:
-            progress(
-                f"-- {step.name} (budget {min(step.budget_s, left):.0f} s): {step.shown(context)}"
-            )
-            record = run_step(step, context, out, min(step.budget_s, left))
+            progress(f"-- {step.name} (budget {min(budget, left):.0f} s): {step.shown(context)}")
+            record = run_step(step, context, out, min(budget, left))
         said = (
             record.summary if record.verdict == "not run" else f"{record.verdict}: {record.summary}"
         )

@@ -4,8 +4,8 @@ Every step is one subprocess started from the repository root with the
 running Python. Its budget is its subprocess's timeout; the budgets add up to
 at most :data:`TOTAL_BUDGET_S`, so the run fits in 8 minutes even when every
 step uses all of its own. A rehearsal (``--rehearse``) runs each step's CPU
-analogue: the same command with ``cpu`` for ``cuda`` (the CUDA tests then
-skip), and the probes measure the CPU.
+analogue, with twice the budgets: the same command with ``cpu`` for ``cuda``
+(the CUDA tests then skip), and the probes measure the CPU.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from acceptance import outcomes
 
 #: The whole run's limit, in seconds: 8 minutes, less what the runner itself needs.
 TOTAL_BUDGET_S = 470
+#: A rehearsal's budgets are this many times the GPU's: its CPU analogues run on a CPU, often
+#: shared, and say nothing of the GPU's timings anyway.
+REHEARSAL_BUDGET_SCALE = 2.0
 ROOT = Path(__file__).resolve().parents[2]
 _PROBES = "benchmarks/acceptance"
 _PYTEST = ["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
@@ -36,6 +39,9 @@ class Context:
         Whether this is a rehearsal on the CPU.
     bandwidth_log2
         The fill bandwidth's size: ``2**bandwidth_log2`` float32 values.
+    budget_scale
+        Every budget, the run's too, is multiplied by it
+        (:data:`REHEARSAL_BUDGET_SCALE` in a rehearsal).
     python
         The interpreter that runs every step.
     """
@@ -43,6 +49,7 @@ class Context:
     device: str
     rehearsal: bool
     bandwidth_log2: int = 26
+    budget_scale: float = 1.0
     python: str = sys.executable
 
 

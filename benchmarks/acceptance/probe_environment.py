@@ -118,6 +118,7 @@ def main() -> tuple[str, str, dict[str, Any]]:
     figures: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": _cpu(),
+        "load average (1, 5, 15 min)": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
         "python": platform.python_version(),
         "hwrng commit": commit(),
         "hwrng's torch floor": _torch_floor(),

@@ -25,6 +25,7 @@ HEADER = (
     ("CUDA", ("CUDA runtime (torch)",)),
     ("CUDA driver API", ("CUDA driver API",)),
     ("CPU", ("cpu",)),
+    ("load average (1, 5, 15 min)", ("load average (1, 5, 15 min)",)),
     ("torch", ("torch version",)),
     ("triton", ("triton version",)),
     ("python", ("python",)),

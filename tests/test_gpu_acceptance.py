@@ -82,6 +82,37 @@ def test_an_unknown_step_or_a_missing_out_is_a_usage_error() -> None:
     assert "--out DIR is required" in _script("--rehearse").stderr
 
 
+def test_without_pytest_its_steps_are_not_run_and_say_why(tmp_path: Path) -> None:
+    """As on a GPU image without pytest: those steps get their verdict, the run its report."""
+    code = (
+        "import runpy, sys\n"
+        "sys.modules['pytest'] = None  # as where pytest is not installed\n"
+        "sys.argv = ['gpu_acceptance.py', *sys.argv[1:]]\n"
+        f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
+    )
+
+    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", code, *arguments],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=NO_GPU,
+            check=False,
+        )
+
+    listed = run("--dry-run")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("(pytest missing here: it would not run)") == 3
+    done = run("--rehearse", "--only", "graph", "conformance", "--out", str(tmp_path))
+    assert done.returncode == 1, done.stderr
+    saved = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    assert [(s["name"], s["verdict"], s["summary"]) for s in saved["steps"]] == [
+        ("graph", "not run", "not run: pytest missing"),
+        ("conformance", "not run", "not run: pytest missing"),
+    ]
+
+
 # -- the runner: budgets, hangs, crashes, missing modules ----------------------------------------
 
 

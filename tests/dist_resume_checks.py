@@ -134,18 +134,18 @@ def resume(directory: str, mode: str, epochs_after: int) -> list[float]:
 
 
 def load_another_ranks_file(directory: str) -> str:
-    """Rank 2 loads rank 1's file: refused, and nothing changes."""
-    _setup()
+    """Every rank loads (a collective), rank 2 rank 1's file: every rank refuses, none changes."""
+    run = _setup()  # kept: its named state must be alive to be loaded into
     hwrng.dtensor.uninstall()
-    if dist.get_rank() != 2:
-        return ""
+    rank = dist.get_rank()
     before = hwrng.state_dict()
     try:
-        hwrng.load(os.path.join(directory, "rng-1.pt"))
+        hwrng.load(os.path.join(directory, f"rng-{1 if rank == 2 else rank}.pt"))
     except hwrng.CheckpointError as error:
         after = hwrng.state_dict()
         unchanged = before["digest"] == after["digest"]
         return f"{'unchanged' if unchanged else 'CHANGED'}: {error}"
+    del run
     return "loaded"
 
 

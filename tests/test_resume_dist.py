@@ -47,9 +47,12 @@ def test_a_checkpoint_of_rank_1_is_refused_on_rank_2(
     trained: tuple[Path, list[list[float]]], fresh: DistributedPool
 ) -> None:
     directory, _ = trained
-    message = fresh.run(checks.load_another_ranks_file, str(directory))[2]
-    assert message.startswith("unchanged: refusing to restore this RNG state")
-    assert "rank 1 (here 2)" in message
+    messages = fresh.run(checks.load_another_ranks_file, str(directory))
+    assert messages[2].startswith("unchanged: rank 2 refuses to load its RNG state: refusing")
+    assert "rank 1 (here 2)" in messages[2]
+    for rank in (0, 1, 3):  # hwrng.load is a collective: every rank refuses, none changes
+        assert messages[rank].startswith("unchanged: rank 2 refused to load its RNG state"), rank
+        assert "rank 1 (here 2)" in messages[rank]
 
 
 # -- the DCP entry: any loading process, every planner option, one verdict, other worlds --------

@@ -9,7 +9,10 @@ their own length, so they are found by searching the bytes:
 
 - a ``torch.save`` file (a zip) is searched in its pickles (``data.pkl``),
   never in its tensors' data;
-- any other file (``torch.save``'s legacy format, a pickle) is searched whole.
+- a pickle (``torch.save``'s legacy format, ``pickle.dump`` of protocol 2 or
+  later) is searched whole, up to :data:`LARGEST_SEARCHED`;
+- any other file (safetensors, NumPy, text) holds no entry, and is not read
+  past its first bytes.
 
 Pickle protocol 3 and later store bytes as they are; protocol 2 (the one
 ``torch.save`` uses) stores them as a latin-1 string in UTF-8, which is
@@ -83,7 +86,10 @@ def nonces_named(storage: Storage, path: str) -> set[int] | None:
         if storage.kind(path) != "file":
             return set()
         with storage.open_regular(path) as file:
-            if file.read(4) == b"PK\x03\x04":  # a zip: torch.save's format
+            head = file.read(4)
+            if head[:1] != b"\x80" and head != b"PK\x03\x04":
+                return set()  # neither a pickle nor a zip (safetensors, NumPy, text): no entry
+            if head == b"PK\x03\x04":  # a zip: torch.save's format
                 file.seek(0)
                 try:
                     with zipfile.ZipFile(file) as archive:

@@ -402,3 +402,46 @@ def a_missing_model_key_under_the_planner(directory: str) -> str:
     except BaseException as error:  # DCP's CheckpointException is not an Exception
         return f"{type(error).__name__}: {'model.bias' in str(error)}"
     return "loaded"
+
+
+# -- hwrng.save / hwrng.load per rank: one save across ranks ---------------------------------
+
+
+def per_rank_files_of_two_saves(directory: str, on_mismatch: str) -> tuple[str, list[str]]:
+    """Every rank saves step 2, then step 3 over its file, but rank 1's step 3 never lands (its
+    step-2 file is put back: killed before its save); every rank loads: what happened here."""
+    import shutil
+    import warnings
+
+    mesh = _mesh((1, dist.get_world_size()))
+    hwrng.manual_seed(53, mesh, sharded_dims=["tp"], platform="cpu")
+    rank = dist.get_rank()
+    path = os.path.join(directory, f"rng-{rank}.pt")
+    hwrng.save(path)
+    shutil.copyfile(path, path + ".step-2")
+    _move_everything()
+    hwrng.save(path)
+    expected = _fingerprint()
+    if rank == 1:
+        os.replace(path + ".step-2", path)
+    dist.barrier()
+    _move_everything()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = _outcome(
+            lambda: hwrng.load(path, on_mismatch=on_mismatch, mesh=mesh),  # type: ignore[arg-type]
+            expected,
+        )
+    return outcome, [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]
+
+
+def per_rank_files_one_rank_cannot_write(directory: str) -> str:
+    """Rank 1's ``hwrng.save`` fails (its folder is missing): every rank raises, naming rank 1."""
+    hwrng.manual_seed(59, platform="cpu")
+    rank = dist.get_rank()
+    folder = directory if rank == 0 else os.path.join(directory, "missing")
+    try:
+        hwrng.save(os.path.join(folder, f"rng-{rank}.pt"))
+    except hwrng.CheckpointError as error:
+        return str(error)
+    return "saved"

@@ -210,6 +210,7 @@ def load(
     nonce, position = 0, 0
     checked: Restore | Reseed | None = None
     fallback: Reseed | None = None
+    cannot_why = "it was loaded with on_mismatch='error'"
     try:
         identity, document = _read(target)
         nonce = identity["nonce"]
@@ -220,9 +221,9 @@ def load(
         failure = str(error)
     if failure is None and on_mismatch == "reseed":
         try:
-            fallback = plan_reseed(plan, position, mesh, resolved, "")
-        except CheckpointError:
-            fallback = None
+            fallback = plan_reseed(plan, position, mesh, resolved, "files of different saves")
+        except CheckpointError as error:
+            cannot_why = str(error)
     words = comm.max(
         [int(failure is not None), nonce, position, int(fallback is None)],
         negated=[nonce, rank if failure is not None else world_size],
@@ -238,6 +239,11 @@ def load(
         if on_mismatch == "reseed" and not cannot:
             assert fallback is not None
             checked = dataclasses.replace(fallback, position=furthest, why=mixed)
+        elif on_mismatch == "reseed":
+            raise CheckpointError(
+                f"refusing to load the RNG state: {mixed}; and the streams cannot be "
+                f"re-derived: {cannot_why}"
+            )
         else:
             raise CheckpointError(f"refusing to load the RNG state: {mixed}; {_REMEDY}")
     assert checked is not None

@@ -228,8 +228,26 @@ def planner_option(directory: str, option: str) -> str:
     elif option == "RNGSavePlanner, dedup_save_to_lowest_rank":
         planner = hwrng.RNGSavePlanner(dedup_save_to_lowest_rank=True)
         dcp.save(state, checkpoint_id=path, planner=planner)
-    elif option == "async_save":
-        dcp.async_save(state, checkpoint_id=path).result()
+    elif option.startswith("async_save"):
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+        kind = AsyncCheckpointerType.PROCESS if "process" in option else None
+        staging = (
+            DefaultStager(StagingOptions(False, False, True, False))
+            if "staging" in option
+            else None
+        )
+        response = dcp.async_save(
+            state,
+            checkpoint_id=path,
+            **({} if kind is None else {"async_checkpointer_type": kind}),
+            **({} if staging is None else {"async_stager": staging}),
+        )
+        # a Future, or (asynchronous staging) torch's AsyncSaveResponse of two futures
+        getattr(response, "upload_completion", response).result()
+        if staging is not None:
+            staging.close()
     elif option == "no entry, allow_partial_load":
         dcp.save({"model": model}, checkpoint_id=path)
     elif option == "layout 1, RNGLoadPlanner":  # what an earlier hwrng wrote: one key

@@ -79,6 +79,8 @@ def test_dcp_resume_whatever_the_loading_process_did(
         ("dedup_save_to_lowest_rank", "restored"),
         ("allow_partial_load", "restored"),
         ("async_save", "restored"),
+        ("async_save, process", "restored"),
+        ("async_save, async staging", "restored"),
         ("flatten_state_dict=False", "refused unchanged: DCP did not fill"),
         ("no entry, allow_partial_load", "refused unchanged: DCP did not fill"),
         ("RNGLoadPlanner", "restored"),

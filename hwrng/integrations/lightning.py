@@ -20,9 +20,11 @@ Fabric::
 Lightning writes its checkpoint from rank 0 alone; each rank's own RNG entry
 goes into a folder beside it, ``<checkpoint>.hwrng/save-<nonce>/rank-<r>.pt``,
 written by that rank, a new set per save (the checkpoint holds the small entry
-every rank shares, which names its set). The sets of earlier saves to the same
-path go only once the new checkpoint is written, so a save that fails or is
-cut short leaves the previous checkpoint whole.
+every rank shares, which names its set), on the checkpoint's own filesystem
+(a local path, or an fsspec URL). After each save the sets the checkpoint no
+longer names go -- the checkpoint is read then, so a save that fails or is
+cut short, or whose write is still on its way (``AsyncCheckpointIO``), leaves
+the previous checkpoint whole.
 
 Requires ``pip install "hwrng[lightning]"``.
 """
@@ -86,9 +88,12 @@ class HwrngCallback(pl.Callback):
       ``ModelCheckpoint``, ``OnExceptionCheckpoint``, yours) gets each rank's
       own entry in ``<checkpoint>.hwrng/save-<nonce>/rank-<r>.pt``, written by
       that rank into a new set per save, and the small entry all ranks share
-      (naming the set) in the checkpoint itself; the sets of earlier saves to
-      the same path go once Lightning has written the new checkpoint, and the
-      folder goes when ``ModelCheckpoint`` removes the checkpoint.
+      (naming the set) in the checkpoint itself; after each save the sets the
+      checkpoint no longer names go (read then: an ``AsyncCheckpointIO``
+      write still on its way keeps the previous set), and the folder goes
+      when ``ModelCheckpoint`` removes the checkpoint. An fsspec ``dirpath``
+      gets the folder on its filesystem; a copy of the folder made with its
+      links followed (``cp -rL``) finds its sets.
       ``trainer.fit(ckpt_path=...)`` gives each rank its own streams back, bit
       for bit, or every rank refuses (another world size, backend, corrupt
       entry, a refusal on any one rank) before any rank changes anything.

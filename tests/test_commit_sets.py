@@ -90,6 +90,19 @@ def test_two_trainer_files_sharing_one_directory_both_load(tmp_path: Path) -> No
     assert len(_sets(directory)) == 2  # the two named: the earlier saves of each went
 
 
+def test_a_directory_named_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The documented by-hand layout: ``trainer.pt`` beside ``trainer.pt.hwrng``, both relative."""
+    monkeypatch.chdir(tmp_path)
+    run = Run("trainer.pt.hwrng")
+    for label in ("1", "2", "3"):
+        _write(Path("trainer.pt"), run.take(label))
+        run.state.commit()
+    assert len(_sets(tmp_path / "trainer.pt.hwrng")) == 1
+    _resumes("trainer.pt.hwrng", "trainer.pt", run.after)
+
+
 def test_a_second_run_on_the_same_path_keeps_the_set_the_newest_file_names(
     tmp_path: Path,
 ) -> None:

@@ -48,7 +48,7 @@ def _documented_rows() -> set[str]:
         (jobs.DCP_NEW_DIR, 4, SAMPLE_ON_4),
         (jobs.DCP_SAME_DIR, 2, None),
         (jobs.PER_RANK, 2, None),
-        (jobs.PER_RANK, 4, SAMPLE_ON_4),
+        (jobs.PER_RANK, 4, None if FULL else 4),
         (jobs.OVERLAP, 2, SAMPLE),
         (jobs.DCP_ASYNC, 2, None),
     ],

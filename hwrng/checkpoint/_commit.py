@@ -31,7 +31,7 @@ import os
 import warnings
 
 from hwrng._collectives import Comm
-from hwrng._exceptions import CheckpointError, HwrngWarning
+from hwrng._exceptions import HwrngWarning
 from hwrng.checkpoint._named import nonces_named
 from hwrng.checkpoint._sets import set_nonces
 from hwrng.checkpoint._storage import Storage, storage_for
@@ -54,6 +54,7 @@ def in_reach(
         return [storage_for(checkpoint)]
     storage, root = storage_for(directory)
     parent, own = storage.split(root)
+    parent = parent or "."  # a directory named relative to the working directory
     return [(storage, storage.join(parent, name)) for name in storage.names(parent) if name != own]
 
 
@@ -79,10 +80,10 @@ def choose(
                 )
                 return []
             named |= found
-    except (OSError, CheckpointError) as error:
+    except Exception as error:  # keeping every set is safe; rank 0 must reach the reduction
         warnings.warn(
             f"hwrng: kept every earlier set of per-rank RNG files in {os.fspath(directory)!r}: "
-            f"{error}",
+            f"{type(error).__name__}: {error}",
             HwrngWarning,
             stacklevel=4,
         )

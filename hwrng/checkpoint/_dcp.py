@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hwrng._collectives import Comm, digest62, digest_of, rank_and_size
-from hwrng._exceptions import CheckpointError
+from hwrng._exceptions import CheckpointError, HwrngWarning
 from hwrng._platform import Platform
 from hwrng._seeding import current_seeding, platform_in_force
 from hwrng.checkpoint._capture import state_dict
@@ -333,8 +334,17 @@ class RNGState:
         gone = agree(comm, choose(directory, checkpoint, own) if rank == 0 else [])
         self._own[directory] = [n for n in own if n not in gone]
         remove_sets(directory, gone, rank, world_size)
-        if not has_own(directory, nonce, rank):  # removed by another run meanwhile
-            write_own(directory, nonce, rank, entry)
+        try:
+            if not has_own(directory, nonce, rank):  # removed by another run meanwhile
+                write_own(directory, nonce, rank, entry)
+        except (OSError, CheckpointError) as error:  # after the collective: warn, never hang
+            warnings.warn(
+                f"hwrng: rank {rank}'s RNG file of the last save was removed (by another run "
+                f"saving to the same place?) and could not be written again: {error}; loading "
+                "that checkpoint will be refused on every rank, naming it",
+                HwrngWarning,
+                stacklevel=2,
+            )
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore, re-derive or refuse on every rank alike (see the class notes)."""

@@ -137,9 +137,14 @@ def remove_sets(
         folder = storage.join(root, _name(nonce))
         doomed = [f"rank-{rank}.pt", f"rank-{rank}.pt.tmp"]
         if rank == 0:
+            try:
+                names = storage.names(folder)
+            except OSError as error:
+                failures.append(f"{folder!r}: {error.strerror or error}")
+                names = []
             doomed += [
                 name
-                for name in storage.names(folder)
+                for name in names
                 if (match := _RANK_FILE.fullmatch(name)) is not None
                 and int(match.group(1)) >= world_size
             ]

@@ -182,7 +182,7 @@ def load(
 
     With a process group this is a collective: call it on every rank, each
     with its own ``path``. Every rank checks its file whole first, then one
-    ``all_reduce`` of five words compares the ranks: if any rank refuses (its
+    ``all_reduce`` of six words compares the ranks: if any rank refuses (its
     file missing, damaged, or not a regular file -- refused without opening
     it), or the ranks' files come from different saves (a rank killed before
     it saved over its file), every rank raises a
@@ -219,6 +219,8 @@ def load(
         position = 0 if plan is None else position_on_plan(plan, document.get("position"))
     except CheckpointError as error:
         failure = str(error)
+    except Exception as error:  # tell the other ranks, or they wait for this one
+        failure = repr(error)
     if failure is None and on_mismatch == "reseed":
         try:
             fallback = plan_reseed(plan, position, mesh, resolved, "files of different saves")

@@ -271,3 +271,70 @@ def test_outside_checkpoints_the_check_is_cheap_and_silent() -> None:
     with torch.no_grad():
         assert _recompute.site() is None  # no_grad alone is no reentrant forward
     assert _recompute.unsupported_reason() is None
+
+
+@pytest.mark.parametrize(
+    "flavour",
+    ["reentrant", "non_reentrant", "wrapper", "wrapper_reentrant", "selective", "composable"],
+)
+def test_the_reader_tells_a_forward_from_its_recomputation(flavour: str) -> None:
+    """torch's frames as hwrng reads them (no generator involved: runs on every torch)."""
+    from recompute_harness import wrap
+
+    from hwrng._recompute._torch_frames import enclosing
+
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(enclosing())
+            return torch.tanh(self.lin(x))
+
+    wrap(flavour, Probe())(torch.ones(2, 4, requires_grad=True)).sum().backward()
+    forward, recomputation = seen
+    assert forward is not None and forward.replaying is None and len(forward.recording) == 1
+    assert recomputation is not None and recomputation.replaying is not None
+    assert recomputation.replaying[0] is forward.recording[0]
+    seen.clear()
+    Probe()(torch.ones(2, 4, requires_grad=True)).sum().backward()
+    assert seen == [None]
+
+
+LOCAL_TENSOR_SCRIPT = """
+import torch, torch.distributed as dist, hwrng
+from torch.distributed._local_tensor import LocalTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.utils.checkpoint import checkpoint
+
+dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
+mesh = init_device_mesh("cpu", (2,))
+hwrng.dtensor.install("cpu")
+hwrng.seed_everything(0, "cpu")
+with LocalTensorMode(2):
+    w = distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)]).requires_grad_()
+    y = checkpoint(lambda t: torch.nn.functional.dropout(t * 2, 0.5), w, use_reentrant=False)
+    try:
+        y.sum().backward()
+    except hwrng.RecomputationError as error:
+        print("refused:", error)
+    else:
+        print("recomputed")
+"""
+
+
+def test_simulated_ranks_refuse_a_recomputation() -> None:
+    """LocalTensorMode keeps each simulated rank's generator, which torch never rewinds."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", LOCAL_TENSOR_SCRIPT], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refused: DTensor random ops on LocalTensorMode" in result.stdout

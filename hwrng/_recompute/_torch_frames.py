@@ -11,12 +11,12 @@ from the Python stack and from the saved-tensor hooks torch pushes:
   call) ties the two together, and the backward's graph task names the run.
 * non-reentrant (``use_reentrant=False``, ``checkpoint_wrapper``, selective
   checkpointing, the composable ``checkpoint(module)``): the forward runs while
-  ``checkpoint()`` holds the generator ``_checkpoint_without_reentrant_generator``
-  suspended at its ``yield`` (its local ``new_frame`` is the checkpoint's
-  ``_CheckpointFrame``), and the saved-tensor hooks torch pushes for it
-  (``_checkpoint_hook``) close over that frame; the recomputation runs inside
-  the hook's ``unpack_hook``, whose locals ``frame`` and ``gid`` name the
-  checkpoint and the run.
+  ``checkpoint()`` (``_checkpoint_impl`` from torch 2.15) holds the generator
+  ``_checkpoint_without_reentrant_generator`` (``..._impl``) suspended at its
+  ``yield`` (its local ``new_frame`` is the checkpoint's ``_CheckpointFrame``),
+  and the saved-tensor hooks torch pushes for it (``_checkpoint_hook``) close
+  over that frame; the recomputation runs inside the hook's ``unpack_hook``,
+  whose locals ``frame`` and ``gid`` name the checkpoint and the run.
 
 These are private details of torch. :func:`layout` checks, once, that the
 installed torch has each of them (the same in torch 2.10 to 2.15); where one
@@ -49,7 +49,7 @@ class TorchLayout:
 
     reentrant_forward: types.CodeType
     reentrant_backward: types.CodeType
-    checkpoint: types.CodeType
+    checkpoint: types.CodeType  # the frame whose local ``gen`` is the generator below
     generator: types.CodeType
     pack_hook: types.CodeType
     pack_frame_cell: int
@@ -93,25 +93,41 @@ def _require(code: types.CodeType, names: tuple[str, ...], where: str) -> None:
         raise LookupError(f"{where} has no local {', '.join(missing)}")
 
 
+def _non_reentrant_forward(module: types.ModuleType) -> tuple[types.CodeType, types.CodeType]:
+    """The code of the generator that brackets a non-reentrant forward, and of its caller.
+
+    torch 2.10 to 2.14: ``checkpoint`` holds ``_checkpoint_without_reentrant_generator``
+    in its local ``gen``; torch 2.15: ``_checkpoint_impl`` holds
+    ``_checkpoint_without_reentrant_generator_impl`` there (the former name
+    became a shim returning it).
+    """
+    impl = getattr(module, "_checkpoint_without_reentrant_generator_impl", None)
+    if impl is not None and hasattr(module, "_checkpoint_impl"):
+        generator, caller = impl, inspect.unwrap(module._checkpoint_impl)
+    else:
+        generator = module._checkpoint_without_reentrant_generator
+        caller = inspect.unwrap(module.checkpoint)
+    if not inspect.isgeneratorfunction(generator):
+        raise LookupError(f"{generator.__qualname__} is not a generator function")
+    _require(caller.__code__, ("gen",), f"torch.utils.checkpoint.{caller.__qualname__}")
+    _require(generator.__code__, ("new_frame",), generator.__qualname__)
+    return generator.__code__, caller.__code__
+
+
 def _read_layout() -> TorchLayout:
     from torch.utils import checkpoint as module
 
     reentrant = module.CheckpointFunction
     forward = inspect.unwrap(reentrant.forward).__code__
     backward = inspect.unwrap(reentrant.backward).__code__
-    checkpoint = inspect.unwrap(module.checkpoint).__code__
-    generator = module._checkpoint_without_reentrant_generator.__code__
+    generator, checkpoint = _non_reentrant_forward(module)
     pack = _nested_code(module._checkpoint_hook.__init__, "pack_hook")
     unpack = _nested_code(module._checkpoint_hook.__init__, "unpack_hook")
     _require(forward, ("ctx",), "CheckpointFunction.forward")
     _require(backward, ("ctx",), "CheckpointFunction.backward")
-    _require(checkpoint, ("gen",), "torch.utils.checkpoint.checkpoint")
-    _require(generator, ("new_frame",), "_checkpoint_without_reentrant_generator")
     _require(unpack, ("frame", "gid"), "_checkpoint_hook's unpack_hook")
     if "frame" not in pack.co_freevars:
         raise LookupError("_checkpoint_hook's pack_hook does not close over its frame")
-    if not inspect.isgeneratorfunction(module._checkpoint_without_reentrant_generator):
-        raise LookupError("_checkpoint_without_reentrant_generator is not a generator function")
     return TorchLayout(
         reentrant_forward=forward,
         reentrant_backward=backward,

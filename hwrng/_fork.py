@@ -87,7 +87,9 @@ def fork_rng(
     block replaces). Python's
     ``random`` and NumPy are not forked (:func:`isolate_rng` forks them too),
     nor are named states. States are copied as CPU tensors only, never through
-    device memory.
+    device memory. In the recomputation of an activation checkpoint, the block
+    starts from the states the forward's block started from (torch rewinds only
+    the checkpoint's own devices, and none with ``preserve_rng_state=False``).
 
     Parameters
     ----------
@@ -132,7 +134,9 @@ def isolate_rng(
     What :func:`fork_rng` forks (the seed plan included), plus Python's
     ``random`` and NumPy's legacy global generator, all restored on exit and
     on exception. Named states
-    (:class:`~hwrng.RNGStatesTracker`) are not touched.
+    (:class:`~hwrng.RNGStatesTracker`) are not touched. In the recomputation
+    of an activation checkpoint, ``random`` and NumPy start where the forward's
+    block found them (torch's checkpoint never rewinds them).
 
     Parameters
     ----------

@@ -171,12 +171,21 @@ class RNGStatesTracker:
         raises, and ``name`` keeps its advanced state for the next fork. Forks
         on one device are serialised across threads.
 
+        Under activation checkpointing (``torch.utils.checkpoint`` in every
+        flavour) a fork in the checkpointed forward records the state it starts
+        from, and the same fork in the recomputation starts there again and
+        leaves ``name`` as the forward left it: the recomputation redraws the
+        forward's numbers and advances nothing twice (see "Activation
+        checkpointing" in the concepts page).
+
         Raises
         ------
         UnknownStateError
             If ``name`` was never added.
         NestingError
             If ``name`` is already forked (forks of one name do not nest).
+        RecomputationError
+            In a recomputation whose forward did not fork ``name`` at this point.
         """
         if name not in self._states:
             known = ", ".join(repr(n) for n in self._states) or "none"

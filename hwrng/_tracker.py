@@ -71,7 +71,11 @@ class OffsetTracker:
         On entry the generator moves from ``(seed, offset)`` to ``(seed, offset
         + start_increment)``; on exit -- also when the body raises: the op's
         range counts as used -- to ``(seed, offset + end_increment)`` (see
-        :func:`hwrng.shard_offsets`). A refused region changes nothing.
+        :func:`hwrng.shard_offsets`). A refused region changes nothing. In the
+        recomputation of an activation checkpoint the region draws where its
+        forward drew, and leaves the generator where the forward's did if torch
+        rewound it to the forward's state, else as it found it (a user's
+        generator, which torch never rewinds).
 
         Parameters
         ----------

@@ -18,7 +18,10 @@ pool = pool_fixture(2, timeout=300)
 EVERY_STREAM = ["default", "named", "dtensor", "fork_rng", "invariant", "user_region"]
 
 
-@pytest.mark.parametrize("flavour", ["reentrant", "non_reentrant", "wrapper", "selective"])
+@pytest.mark.parametrize(
+    "flavour",
+    ["reentrant", "non_reentrant", "wrapper", "wrapper_reentrant", "selective", "composable"],
+)
 def test_dtensor_dropout_redraws_beside_every_stream(pool: DistributedPool, flavour: str) -> None:
     assert pool.run(checks.oracle, flavour, EVERY_STREAM) == [[], []]
 

@@ -47,6 +47,7 @@ FLAVOURS = (
     "selective_saves_random",
     "composable",
     "no_preserve",
+    "wrapper_no_preserve",
 )
 
 
@@ -175,6 +176,8 @@ def wrap(  # noqa: PLR0911 - one return per flavour reads best
         return checkpointed(use_reentrant=False, preserve_rng_state=False)
     if flavour == "wrapper":
         return checkpoint_wrapper(block)
+    if flavour == "wrapper_no_preserve":  # torchtitan's apply_ac
+        return checkpoint_wrapper(block, preserve_rng_state=False)
     if flavour == "wrapper_reentrant":
         return checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.REENTRANT)
     if flavour in ("selective", "selective_saves_random"):
@@ -196,7 +199,7 @@ def kinds_for(flavour: str, kinds: Sequence[str] = STREAMS) -> tuple[str, ...]:
     torch's design; ``torch.compile`` cannot trace the invariant ops (on main
     as here) and runs the region on a user's generator only eagerly.
     """
-    if flavour == "no_preserve":
+    if flavour in ("no_preserve", "wrapper_no_preserve"):
         return tuple(k for k in kinds if k != "default")
     if flavour == "compiled":
         return tuple(k for k in kinds if k in ("named", "fork_rng", "isolate_rng", "dtensor"))

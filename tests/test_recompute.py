@@ -338,3 +338,23 @@ def test_simulated_ranks_refuse_a_recomputation() -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "refused: DTensor random ops on LocalTensorMode" in result.stdout
+
+
+def test_the_docs_table_names_tests_that_exist() -> None:
+    """Every test the concepts page's flavours x streams table names is a test of these files."""
+    import re
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    page = (here.parent / "docs" / "concepts.md").read_text(encoding="utf-8")
+    section = page[page.index("## Activation checkpointing") :]
+    sources = "".join(
+        (here / name).read_text(encoding="utf-8")
+        for name in ("test_recompute.py", "test_recompute_dist.py", "recompute_harness.py")
+    )
+    named = re.findall(r"`(test_\w+)(?:\[([^\]`]*)\])?`", section)
+    assert len(named) > 30
+    for test, parameter in named:
+        assert f"def {test}(" in sources, test
+        if parameter and parameter != "...":
+            assert all(f'"{part}"' in sources for part in parameter.split("+")), (test, parameter)

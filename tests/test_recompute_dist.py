@@ -26,19 +26,32 @@ def test_dtensor_dropout_redraws_beside_every_stream(pool: DistributedPool, flav
     assert pool.run(checks.oracle, flavour, EVERY_STREAM) == [[], []]
 
 
+@pytest.mark.parametrize("flavour", ["no_preserve", "wrapper_no_preserve"])
+def test_dtensor_dropout_redraws_without_torch_rewinding(
+    pool: DistributedPool, flavour: str
+) -> None:
+    """preserve_rng_state=False (torchtitan's apply_ac passes it): torch rewinds nothing, and
+    the DTensor op still redraws its forward's mask from the journal."""
+    kinds = [kind for kind in EVERY_STREAM if kind != "default"]
+    assert pool.run(checks.oracle, flavour, kinds) == [[], []]
+
+
 def test_interleaved_microbatches_redraw_dtensor_dropout(pool: DistributedPool) -> None:
     """1F1B order: microbatch k recomputed after the forwards of k+1 and k+2."""
     assert pool.run(checks.oracle, "non_reentrant", EVERY_STREAM, "interleaved") == [[], []]
 
 
-def test_compiled_checkpoints_redraw_dtensor_dropout(pool: DistributedPool) -> None:
-    """torch.compile: the DTensor op, the named state and fork_rng in one checkpointed block.
+@pytest.mark.parametrize("kinds", [["dtensor"], ["named", "dtensor", "fork_rng"]], ids="+".join)
+def test_compiled_checkpoints_redraw_dtensor_dropout(
+    pool: DistributedPool, kinds: list[str]
+) -> None:
+    """torch.compile: a block of DTensor ops alone is traced whole (compiled code saves the
+    mask); beside a named state and fork_rng the checkpoint runs eagerly around compiled parts.
 
     No plain draw sits beside the DTensor op here: compiled code reorders a plain
     random op and a DTensor op's region (they share no data), so the two draw
     otherwise than in eager code with or without checkpointing (on main as here).
     """
-    kinds = ["named", "dtensor", "fork_rng"]
     assert pool.run(checks.oracle, "compiled", kinds) == [[], []]
 
 

@@ -70,7 +70,20 @@ def _deep(depth: int, body: Callable[[], None]) -> Callable[[], None]:
 
 
 def run(platform: hwrng.Platform, quick: bool) -> list[Result]:
-    """Time checkpointed block steps with hwrng's journal on and off, and one fork alone."""
+    """Time checkpointed block steps with hwrng's journal on and off, and one fork alone.
+
+    torch runs on one thread here: hwrng's part is single-threaded Python, and a
+    shared machine's other load moves a multi-threaded step by more than it.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run(platform, quick)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(platform: hwrng.Platform, quick: bool) -> list[Result]:
     device = platform.device()
     width, tokens = 128, 4 * 64
     torch.manual_seed(0)
@@ -139,6 +152,40 @@ def _measure(  # noqa: PLR0917 - one private helper of run()
                 "hwrng's recompute part off": "before: the recomputation drew other masks",
             },
         )
+    contexts = 32
+
+    def many(kind: str, reentrant: bool) -> Callable[[], None]:
+        """Forward and backward of a checkpointed function that enters ``contexts`` of ``kind``."""
+        replicated = hwrng.ShardSpec((64, 64), (2,), (Replicate(),), (0,))
+
+        def function(inputs: torch.Tensor) -> torch.Tensor:
+            for _ in range(contexts):
+                if kind == "fork":
+                    with states.fork():
+                        pass
+                else:
+                    with block.offsets.region(replicated):
+                        pass
+            return inputs * 2.0
+
+        small = torch.ones(4, requires_grad=True)
+        return lambda: checkpoint(function, small, use_reentrant=reentrant).sum().backward()
+
+    for kind in ("fork", "region"):
+        for label, reentrant in (("non-reentrant", False), ("reentrant", True)):
+            results += measure(
+                f"{contexts} empty {kind}s in a checkpointed function, fwd+bwd ({label})",
+                {
+                    "hwrng's part off": many(kind, reentrant),
+                    "hwrng's part on": many(kind, reentrant),
+                },
+                baseline="hwrng's part off",
+                inner=inner,
+                samples=samples,
+                sync=sync,
+                before={"hwrng's part off": switch_off, "hwrng's part on": switch_on},
+                notes={"hwrng's part on": f"(on - off) / {contexts}: the cost of one {kind}"},
+            )
     results += measure(
         f"MLP block step without checkpointing, 4x64x{width}",
         {"hwrng's check off": step(None), "hwrng's check on": step(None)},

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from hwrng._exceptions import RecomputationError
 
@@ -24,8 +23,7 @@ _ATTRIBUTE = "_hwrng_journal"
 _lock = threading.Lock()
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One context of a checkpointed forward: its kind, what it acted on, and where it started."""
 
     kind: str

@@ -34,7 +34,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import PurePath
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -56,9 +56,8 @@ class TorchLayout:
     unpack_hook: types.CodeType
 
 
-@dataclass(frozen=True)
-class Enclosing:
-    """The checkpoints a call runs in.
+class Enclosing(NamedTuple):
+    """The checkpoints a call runs in (a named tuple: one is made per random context).
 
     Attributes
     ----------
@@ -179,12 +178,9 @@ def _suspended_frame(generator: object, code: types.CodeType) -> object | None:
     return None if frame is None else frame.f_locals.get("new_frame")
 
 
-def _hooked_frame(found: TorchLayout) -> object | None:
-    """The ``_CheckpointFrame`` whose saved-tensor hooks are innermost, if a checkpoint's are."""
-    hooks: Any = torch._C._autograd._top_saved_tensors_default_hooks(False)
-    if hooks is None:
-        return None
-    pack = inspect.unwrap(hooks[0])
+def _hooked_frame(found: TorchLayout, hooks: Any) -> object | None:
+    """The ``_CheckpointFrame`` whose saved-tensor ``hooks`` are innermost, if a checkpoint's."""
+    pack = hooks[0]
     code = getattr(pack, "__code__", None)
     closure = getattr(pack, "__closure__", None)
     if code is not found.pack_hook or closure is None:
@@ -206,8 +202,8 @@ def enclosing() -> Enclosing | None:
         runs in one of its recomputations.
     """
     task = torch._C._current_graph_task_id()
-    hooked = torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
-    if task == -1 and not hooked and torch.is_grad_enabled():
+    hooks: Any = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    if task == -1 and hooks is None and torch.is_grad_enabled():
         return None
     found = layout()
     start = sys._getframe(1)
@@ -238,8 +234,8 @@ def enclosing() -> Enclosing | None:
             replaying = (local["frame"], ("gid", local["gid"]))
             break
         frame = frame.f_back
-    if hooked:  # the composable checkpoint(module) shows its forward through its hooks only
-        owner = _hooked_frame(found)
+    if hooks is not None:  # the composable checkpoint(module) shows its forward by its hooks only
+        owner = _hooked_frame(found, hooks)
         if owner is not None and not any(owner is known for known in recording):
             recording.insert(0, owner)
     if not recording and replaying is None:

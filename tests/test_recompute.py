@@ -56,6 +56,7 @@ def test_each_stream_alone_redraws(kinds: tuple[str, ...]) -> None:
         assert mismatches(_oracle(kinds), train(flavour, kinds)) == [], flavour
 
 
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")  # the graph breaks
 def test_compiled_checkpoints_redraw() -> None:
     """torch.compile over checkpointed blocks: the streams that work under compile at all."""
     kinds = kinds_for("compiled")
@@ -88,6 +89,7 @@ def test_interleaved_microbatches_redraw_their_own_forward(flavour: str) -> None
     assert mismatches(interleaved("plain", kinds), interleaved(flavour, kinds)) == []
 
 
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")  # nested reentrant
 @pytest.mark.parametrize(("outer", "inner"), [(False, False), (False, True), (True, True)])
 def test_nested_checkpoints_redraw(outer: bool, inner: bool) -> None:
     streams = {}

@@ -85,6 +85,17 @@ class CounterView(abc.ABC):
         platform's ``manual_seed(s)`` does.
         """
 
+    def rewrite(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Put the generator back at ``(seed, offset)``, a position it held before.
+
+        A recomputation of an activation checkpoint repeats its forward's
+        positions; this positions the generator as :meth:`write` does without
+        counting the position as progress, where a view keeps a record of
+        progress (an emulated view's history). Natively counted generators
+        have none: the base calls :meth:`write`.
+        """
+        self.write(generator, seed, offset)
+
 
 class PhiloxCounter(CounterView):
     """Counter view of a generator with a native Philox ``(seed, offset)`` counter.

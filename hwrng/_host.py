@@ -240,6 +240,17 @@ class MersenneCounter(CounterView):
         while len(anchors) > self.ANCHORS_PER_GENERATOR:
             anchors.popitem(last=False)
 
+    def rewrite(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Put the generator at ``(seed, offset)`` without making it the anchor of ``seed``.
+
+        A recomputation repeats positions its forward already wrote: anchoring
+        them again would move the anchor back, and a later read of a drawn
+        state would give a position used before.
+        """
+        raw = _raw_state(seed, offset)
+        generator.set_state(_tensor(raw))
+        self._written[generator] = (seed, offset, raw)
+
     def anchor(self, generator: torch.Generator, seed: int) -> int:
         """The last offset this view wrote to ``generator`` with ``seed`` (0 if none)."""
         anchors = self._anchors.get(generator)

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
+from hwrng import _recompute as recompute
 from hwrng._claims import claim
 from hwrng._exceptions import NestingError, TrackerError, UnknownStateError
 from hwrng._platform import DeviceLike, Platform
@@ -170,12 +171,21 @@ class RNGStatesTracker:
         raises, and ``name`` keeps its advanced state for the next fork. Forks
         on one device are serialised across threads.
 
+        Under activation checkpointing (``torch.utils.checkpoint`` in every
+        flavour) a fork in the checkpointed forward records the state it starts
+        from, and the same fork in the recomputation starts there again and
+        leaves ``name`` as the forward left it: the recomputation redraws the
+        forward's numbers and advances nothing twice (see "Activation
+        checkpointing" in the concepts page).
+
         Raises
         ------
         UnknownStateError
             If ``name`` was never added.
         NestingError
             If ``name`` is already forked (forks of one name do not nest).
+        RecomputationError
+            In a recomputation whose forward did not fork ``name`` at this point.
         """
         if name not in self._states:
             known = ", ".join(repr(n) for n in self._states) or "none"
@@ -191,6 +201,24 @@ class RNGStatesTracker:
                 raise NestingError(
                     f"RNG state {name!r} is already forked; forks of one name do not nest"
                 )
+            where = recompute.site()
+            if where is not None and where.replaying:
+                with recompute.quietly():
+                    start = where.replay("named state", (self.name, name))
+                    replayed = platform.state_from_tensor(generator, start)
+                token = platform.swap_in(generator, replayed)
+                self._forked.add(name)
+                try:
+                    yield
+                finally:  # the named state keeps where its forward left it
+                    self._forked.discard(name)
+                    platform.swap_out(generator, token)
+                return
+            if where is not None:
+                with recompute.quietly():
+                    where.record(
+                        "named state", (self.name, name), platform.state_tensor(self._states[name])
+                    )
             token = platform.swap_in(generator, self._states[name])
             self._forked.add(name)
             try:

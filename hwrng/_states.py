@@ -20,7 +20,7 @@ import torch
 from hwrng._claims import claim
 from hwrng._exceptions import NestingError, TrackerError, UnknownStateError
 from hwrng._platform import DeviceLike, Platform
-from hwrng._seeding import platform_in_force
+from hwrng._registry import platform_in_force
 from hwrng._validation import apply_state, check_seed, check_state_tensor
 
 __all__ = [

@@ -64,6 +64,12 @@ def test_full_tensor_is_the_same_at_every_layout(pool: DistributedPool, op: str)
     for name, (mesh_shape, codes) in LAYOUTS.items():
         reports = [r for r in pool.run(checks.full_after, mesh_shape, codes, SHAPE, op) if r]
         assert all(r == reports[0] for r in reports), f"{name}: ranks disagree"
+        if "refused" in reports[0]:
+            # torch 2.10's DTensor refuses dropout's in-place division on a Partial layout;
+            # hwrng refuses nothing of its own there: torch without the adapter refuses too
+            assert any(code.startswith("P") for code in codes), f"{name}: refused, not Partial"
+            assert reports[0]["refused"] is True, f"{name}: refused by hwrng, not by torch"
+            continue
         results[name] = reports[0]
     reference = results["1 rank"]["full"]
     for name, result in results.items():

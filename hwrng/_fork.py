@@ -24,7 +24,8 @@ from hwrng._claims import claim
 from hwrng._exceptions import InvalidDeviceError
 from hwrng._host import HOST_COUNTER, host_generator
 from hwrng._platform import DeviceLike, Platform
-from hwrng._seeding import current_seeding, platform_in_force, record_seeding, seeded_mesh
+from hwrng._registry import platform_in_force
+from hwrng._seeding import current_seeding, record_seeding, seeded_mesh
 from hwrng._validation import check_flag
 
 __all__ = ["fork_rng", "isolate_rng"]

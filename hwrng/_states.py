@@ -21,7 +21,7 @@ from hwrng import _recompute as recompute
 from hwrng._claims import claim
 from hwrng._exceptions import NestingError, TrackerError, UnknownStateError
 from hwrng._platform import DeviceLike, Platform
-from hwrng._seeding import platform_in_force
+from hwrng._registry import platform_in_force
 from hwrng._validation import apply_state, check_seed, check_state_tensor
 
 __all__ = [
@@ -46,7 +46,15 @@ GRAPH_STATES_PER_CAPTURE_TORCH = (2, 14)
 
 
 def graph_states_registered_per_capture() -> bool:
-    """``True`` on a torch (>= 2.14) whose CUDA graph captures register generator states."""
+    """``True`` on a torch (>= 2.14) whose CUDA graph captures register generator states.
+
+    The one private behaviour hwrng judges by torch's release: pytorch/pytorch#176753
+    changed C++ alone, and its only sign visible from Python is the deprecation warning
+    ``register_generator_state`` prints through torch's C++ handler on every call (which
+    Python's filters cannot silence) -- the call this gate exists to avoid. Where
+    registration is needed, :meth:`RNGStatesTracker.register_graph_states` still checks
+    that the graph has the method.
+    """
     release = torch.__version__.split("+")[0].split(".")
     try:
         found = (int(release[0]), int(release[1]))

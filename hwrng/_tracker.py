@@ -17,7 +17,7 @@ from hwrng import _recompute as recompute
 from hwrng._claims import Claim, claim_for
 from hwrng._exceptions import InvalidArgumentError, InvalidOffsetError, NestingError
 from hwrng._platform import DeviceLike, Platform
-from hwrng._seeding import platform_in_force
+from hwrng._registry import platform_in_force
 from hwrng._sharding import ShardSpec, shard_offsets
 from hwrng._validation import MAX_OFFSET, check_flag, check_seed
 

@@ -42,7 +42,7 @@ from hwrng._exceptions import InvalidArgumentError, InvalidValueError, MeshError
 from hwrng._philox import _contract
 from hwrng._philox._contract import record_draw
 from hwrng._platform import Platform
-from hwrng._registry import resolve_platform
+from hwrng._registry import platform_in_force
 from hwrng._sharding import ShardSpec, chunk_size
 from hwrng._tracker import OffsetTracker
 
@@ -156,7 +156,7 @@ def _position(
     is read on the host and becomes part of the launch, so every replay would
     draw the same numbers.
     """
-    tracker = OffsetTracker(resolve_platform(platform))
+    tracker = OffsetTracker(platform_in_force(platform))
     if tracker.platform.stream_capturing():
         raise NestingError(
             "hwrng's invariant ops cannot be captured into a graph: their position is read on "

@@ -54,8 +54,7 @@ FLAVOURS = (
 def forget_counter() -> None:
     """Forget what the CPU counter remembers, as a fresh process would."""
     HOST_COUNTER._memo.clear()
-    HOST_COUNTER._anchors.clear()
-    HOST_COUNTER._written.clear()
+    HOST_COUNTER._records.clear()
 
 
 class Streams:

@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 from hwrng._collectives import Comm, digest62, digest_of, rank_and_size
 from hwrng._exceptions import CheckpointError, HwrngWarning
 from hwrng._platform import Platform
-from hwrng._seeding import current_seeding, platform_in_force
+from hwrng._registry import platform_in_force
+from hwrng._seeding import current_seeding
 from hwrng.checkpoint._capture import state_dict
 from hwrng.checkpoint._checks import OnMismatch, Restore, check_on_mismatch, checked_plan, verdict
 from hwrng.checkpoint._commit import agree, choose

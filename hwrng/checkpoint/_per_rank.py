@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from hwrng._collectives import Comm, rank_and_size
 from hwrng._exceptions import CheckpointError
 from hwrng._platform import Platform
-from hwrng._seeding import platform_in_force
+from hwrng._registry import platform_in_force
 from hwrng.checkpoint._capture import state_dict
 from hwrng.checkpoint._checks import (
     OnMismatch,

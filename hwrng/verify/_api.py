@@ -10,7 +10,8 @@ from hwrng._collectives import Comm, digest62, digest_of, rank_and_size
 from hwrng._mesh import MeshLayout, mesh_tensor
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
-from hwrng._seeding import current_seeding, platform_in_force
+from hwrng._registry import platform_in_force
+from hwrng._seeding import current_seeding
 from hwrng.verify._judging import Judged, judging
 from hwrng.verify._report import StreamVerdict, VerifyReport
 from hwrng.verify._rule import Observation

@@ -137,6 +137,65 @@ for op, parameters in (("uniform", {"low": -1.0, "high": 2.5}), ("normal", {}),
             assert bits(wide) == first, (op, dtype, "wide")
         finally:
             fused._WIDE_FROM = 2**31
+
+# 4. both layouts -- by Philox blocks (each block computed once, its values written where they
+# fall) and by element -- on runs that start inside a block, runs whose starts fall at every
+# offset of a block, lengths that are not multiples of a block, more outer dims than the kernel
+# reads, and a scattered last dim; int32 and int64 positions; with the host's ranges or without
+def ranges_of(vector):
+    runs = []
+    for value in vector.tolist():
+        if runs and runs[-1][0] + runs[-1][1] == value:
+            runs[-1][1] += 1
+        else:
+            runs.append([value, 1])
+    return tuple((start, length) for start, length in runs)
+
+layouts = [
+    ([torch.arange(3, 29), torch.arange(0, 13)], (30, 13)),
+    ([torch.arange(0, 37), torch.arange(3, 12)], (40, 13)),
+    ([torch.arange(1, 6), torch.arange(2, 4), torch.arange(0, 7)], (6, 5, 7)),
+    ([T([4, 1]), torch.arange(5), T([0, 2]), torch.arange(1, 3), T([1]), torch.arange(2, 5)],
+     (5, 6, 3, 4, 2, 6)),
+    ([torch.arange(5), T([6, 1, 3])], (5, 7)),
+]
+seed, position = 2**64 - 3, 2**62 + 8
+for runs_from, wide_from in ((1, 2**31), (2**62, 2**31), (8, 0)):
+    fused._RUNS_FROM, fused._WIDE_FROM = runs_from, wide_from
+    for dims, shape in layouts:
+        index = _philox.flat_index(dims, shape)
+        ranges = tuple(ranges_of(v) for v in dims)
+        for op, parameters in (("uniform", {"low": -1.0, "high": 2.5}),
+                               ("normal", {"mean": 0.5, "std": 2.0}),
+                               ("trunc_normal", {"a": -1.0, "b": 3.0})):
+            for dtype in (torch.float32, torch.float64, torch.bfloat16):
+                expected = bits(getattr(generic, op)(seed, position, index, dtype, **parameters))
+                fast = getattr(fused, op)(seed, position, dims, shape, dtype, **parameters)
+                assert bits(fast) == expected, (op, shape, dtype, runs_from, wide_from)
+                hosted = getattr(fused, op)(
+                    seed, position, dims, shape, dtype, ranges=ranges, **parameters)
+                assert bits(hosted) == expected, (op, shape, dtype, "ranges")
+        for p in (0.3, torch.rand(index.shape[-1:]), torch.rand(index.shape)):
+            expected = generic.bernoulli_mask(seed, position, index, p)
+            assert torch.equal(fused.bernoulli_mask(seed, position, dims, shape, p), expected)
+fused._RUNS_FROM, fused._WIDE_FROM = 8, 2**31
+
+# 5. SQRT(+0) and SQRT(-0) are +0 in the kernel's float32 and float64 square roots
+tl = fused.tl
+
+@fused.triton.jit
+def roots(x_ptr, y_ptr, X_ptr, Y_ptr):
+    offs = tl.arange(0, 4)
+    tl.store(y_ptr + offs, fused._sqrt32(tl.load(x_ptr + offs)))
+    tl.store(Y_ptr + offs, fused._sqrt64(tl.load(X_ptr + offs)))
+
+x = torch.tensor([0.0, -0.0, 4.0, 2.0])
+X = x.double()
+y, Y = torch.empty_like(x), torch.empty_like(X)
+roots[(1,)](x, y, X, Y)
+from hwrng._philox import _math, _math32
+assert bits(y) == bits(_math32.sqrt(x)) and bits(y)[:2] == [0, 0], bits(y)
+assert bits(Y) == bits(_math.sqrt(X)) and bits(Y)[:2] == [0, 0], bits(Y)
 print("ok")
 """
 
@@ -258,35 +317,40 @@ def test_the_ptx_check_flags_approximate_float_operations() -> None:
     assert any(m.startswith("sqrt.") for m in flagged), flagged
 
 
-KERNEL_VARIANTS = [  # (name, kind, output pointer, unit interval, int64 positions)
-    ("uniform float32", fused._UNIFORM32, "*fp32", False, False),
-    ("uniform bfloat16", fused._UNIFORM32, "*bf16", False, False),
-    ("uniform float16 [0, 1)", fused._UNIFORM32, "*fp16", True, False),
-    ("uniform float64", fused._UNIFORM64, "*fp64", False, False),
-    ("normal float32", fused._NORMAL32, "*fp32", False, False),
-    ("normal float32, 2**31 elements or more", fused._NORMAL32, "*fp32", False, True),
-    ("normal bfloat16", fused._NORMAL32, "*bf16", False, False),
-    ("normal float64", fused._NORMAL64, "*fp64", False, False),
-    ("bernoulli", fused._BERNOULLI, "*i1", False, False),
-    ("bernoulli per element", fused._BERNOULLI_P, "*i1", False, False),
-    ("trunc_normal float32", fused._TRUNC32, "*fp32", False, False),
-    ("trunc_normal float16", fused._TRUNC32, "*fp16", False, False),
-    ("trunc_normal float64", fused._TRUNC64, "*fp64", False, False),
+#: (name, kind, output pointer, unit interval, int64 positions, by Philox blocks, one run): every
+#: float computation of the kernel (the per-word ones are the same code in both layouts; the
+#: normal's are not), every output dtype's rounding, and both layouts' integer code
+KERNEL_VARIANTS = [
+    ("uniform float32", fused._UNIFORM32, "*fp32", False, False, True, False),
+    ("uniform bfloat16, by element", fused._UNIFORM32, "*bf16", False, False, False, False),
+    ("uniform float16 [0, 1), one run", fused._UNIFORM32, "*fp16", True, False, True, True),
+    ("uniform float64", fused._UNIFORM64, "*fp64", False, False, True, False),
+    ("normal float32", fused._NORMAL32, "*fp32", False, False, True, False),
+    ("normal float32, by element", fused._NORMAL32, "*fp32", False, False, False, False),
+    ("normal float32, 2**31 or more", fused._NORMAL32, "*fp32", False, True, True, False),
+    ("normal bfloat16, one run", fused._NORMAL32, "*bf16", False, False, True, True),
+    ("normal float64", fused._NORMAL64, "*fp64", False, False, True, False),
+    ("normal float64, by element", fused._NORMAL64, "*fp64", False, True, False, False),
+    ("bernoulli", fused._BERNOULLI, "*i1", False, False, True, False),
+    ("bernoulli per element, by element", fused._BERNOULLI_P, "*i1", False, False, False, False),
+    ("trunc_normal float32", fused._TRUNC32, "*fp32", False, False, True, False),
+    ("trunc_normal float16, by element", fused._TRUNC32, "*fp16", False, False, False, False),
+    ("trunc_normal float64", fused._TRUNC64, "*fp64", False, False, True, False),
 ]
 
 
 @pytest.mark.parametrize(
-    ("kind", "out", "unit", "wide"),
+    ("kind", "out", "unit", "wide", "runs", "one_run"),
     [v[1:] for v in KERNEL_VARIANTS],
     ids=[v[0] for v in KERNEL_VARIANTS],
 )
 def test_every_kernel_variant_compiles_to_ieee_rounded_ptx(
-    kind: int, out: str, unit: bool, wide: bool
+    kind: int, out: str, unit: bool, wide: bool, runs: bool, one_run: bool
 ) -> None:
     _nvidia_backend_or_skip()
     names = list(fused._kernel.arg_names)
     constants = {"KIND": kind, "BLOCK_SHIFT": 2, "SHIFT": 8, "UNIT": unit, "BLOCK": 256}
-    constants["WIDE"] = wide
+    constants.update(WIDE=wide, RUNS=runs, ONE_RUN=one_run, LEAD=1 if one_run else 0)
     if kind in (fused._UNIFORM64, fused._NORMAL64, fused._TRUNC64):
         constants.update(BLOCK_SHIFT=1, SHIFT=0)
     signature = {}

@@ -82,7 +82,9 @@ def uniform(
     """
     return _dispatch(
         index,
-        lambda s: fused.uniform(seed, position, s.dims, s.shape, dtype, low=low, high=high),
+        lambda s: fused.uniform(
+            seed, position, s.dims, s.shape, dtype, low=low, high=high, ranges=s.ranges
+        ),
         lambda i: generic.uniform(seed, position, i, dtype, low=low, high=high, out=out),
         out,
     )
@@ -125,7 +127,9 @@ def normal(
     """
     return _dispatch(
         index,
-        lambda s: fused.normal(seed, position, s.dims, s.shape, dtype, mean=mean, std=std),
+        lambda s: fused.normal(
+            seed, position, s.dims, s.shape, dtype, mean=mean, std=std, ranges=s.ranges
+        ),
         lambda i: generic.normal(seed, position, i, dtype, mean=mean, std=std, out=out),
         out,
     )
@@ -165,7 +169,7 @@ def bernoulli_mask(
     """
     return _dispatch(
         index,
-        lambda s: fused.bernoulli_mask(seed, position, s.dims, s.shape, p),
+        lambda s: fused.bernoulli_mask(seed, position, s.dims, s.shape, p, ranges=s.ranges),
         lambda i: generic.bernoulli_mask(seed, position, i, p, out=out),
         out,
     )
@@ -216,7 +220,7 @@ def trunc_normal(
     return _dispatch(
         index,
         lambda s: fused.trunc_normal(
-            seed, position, s.dims, s.shape, dtype, mean=mean, std=std, a=a, b=b
+            seed, position, s.dims, s.shape, dtype, mean=mean, std=std, a=a, b=b, ranges=s.ranges
         ),
         lambda i: generic.trunc_normal(
             seed, position, i, dtype, mean=mean, std=std, a=a, b=b, out=out

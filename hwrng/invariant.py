@@ -32,6 +32,7 @@ captured into a CUDA graph (a replay would repeat the numbers).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ from hwrng import _philox
 from hwrng._exceptions import InvalidArgumentError, InvalidValueError, MeshError, NestingError
 from hwrng._philox import _contract
 from hwrng._philox._contract import record_draw
+from hwrng._philox._parameters import dropout_parameters
 from hwrng._platform import Platform
 from hwrng._registry import resolve_platform
 from hwrng._sharding import ShardSpec, chunk_size
@@ -201,6 +203,20 @@ def _fill(
     expected) would leave it advanced past the op. A contiguous ``tensor``
     receives the values directly, without a copy.
     """
+    index = _shard_indices(tensor, spec)
+    region = _position(spec, generator, platform, choose_seed)
+    record_draw()
+    with region, torch.no_grad():
+        seed, position = region.position
+        if tensor.is_contiguous():
+            draw(seed, position, index, out=tensor)
+        else:
+            tensor.copy_(draw(seed, position, index))
+    return tensor
+
+
+def _shard_indices(tensor: torch.Tensor, spec: ShardSpec) -> _philox.ShardIndices:
+    """The shard ``tensor`` holds, described for the Philox ops, once checked against ``spec``."""
     if not isinstance(spec, ShardSpec):
         raise InvalidArgumentError(f"needs a ShardSpec, got {type(spec).__name__}")
     if tuple(tensor.shape) != spec.local_shape:
@@ -215,15 +231,7 @@ def _fill(
         tuple(tuple(runs) for runs in ranges),
     )
     index.check()  # on the host: the ranges say where every dim's positions lie
-    region = _position(spec, generator, platform, choose_seed)
-    record_draw()
-    with region, torch.no_grad():
-        seed, position = region.position
-        if tensor.is_contiguous():
-            draw(seed, position, index, out=tensor)
-        else:
-            tensor.copy_(draw(seed, position, index))
-    return tensor
+    return index
 
 
 def uniform_(
@@ -339,9 +347,30 @@ def dropout(
         return input
     if p == 1.0:
         return input * torch.zeros((), dtype=input.dtype, device=input.device)
-    keep = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    bernoulli_(keep, spec, 1.0 - p, generator=generator, platform=platform)
-    # 1/(1 - p) on the host, in float64; torch rounds it to the op's arithmetic (float32 for
-    # the 32-bit-word dtypes, then the dtype as keep holds it) once
-    keep.mul_(1.0 / (1.0 - p))
-    return input * keep
+    scale, _ = dropout_parameters(input.dtype, p)  # refuses a dtype it cannot scale
+    index = _shard_indices(input, spec)
+    region = _position(spec, generator, platform, None)
+    record_draw()
+    with region:
+        seed, position = region.position
+        draw = functools.partial(_philox.dropout, seed, position, index, p=p)
+        output: torch.Tensor = _Dropout.apply(input, draw, scale)  # type: ignore[no-untyped-call]
+    return output
+
+
+class _Dropout(torch.autograd.Function):
+    """``draw(input)``'s output forward, the gradient times its mask times the scale backward."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, input: torch.Tensor, draw: Callable[..., Any], scale: float
+    ) -> torch.Tensor:
+        output, kept = draw(input.detach())
+        ctx.save_for_backward(kept)
+        ctx.scale = scale
+        return output  # type: ignore[no-any-return]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (kept,) = ctx.saved_tensors
+        return grad * kept.to(grad.dtype).mul_(ctx.scale), None, None

@@ -178,6 +178,17 @@ for runs_from, wide_from in ((1, 2**31), (2**62, 2**31), (8, 0)):
         for p in (0.3, torch.rand(index.shape[-1:]), torch.rand(index.shape)):
             expected = generic.bernoulli_mask(seed, position, index, p)
             assert torch.equal(fused.bernoulli_mask(seed, position, dims, shape, p), expected)
+        # dropout in one pass: the mask, x * scale and x * 0 (-0, NaN) as the generic path (a
+        # NaN's bits are the device's, and torch's CPU differs between its own code paths)
+        specials = torch.tensor([-1.5, float("inf"), float("nan"), 3.0, -0.0, 0.1])
+        source = specials[torch.arange(index.numel()) % 6].reshape(index.shape)
+        for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+            x = source.to(dtype)
+            out, kept = generic.dropout(seed, position, index, x, 0.3)
+            fast, fast_kept = fused.dropout(seed, position, dims, shape, x, 0.3, ranges=ranges)
+            nan = torch.isnan(out)
+            assert torch.equal(torch.isnan(fast), nan) and torch.equal(fast_kept, kept), dtype
+            assert bits(fast[~nan]) == bits(out[~nan]), ("dropout", dtype)
 fused._RUNS_FROM, fused._WIDE_FROM = 8, 2**31
 
 # 5. SQRT(+0) and SQRT(-0) are +0 in the kernel's float32 and float64 square roots
@@ -262,7 +273,8 @@ _ROUNDED = re.compile(
     r"(add|sub|mul|div)\.rn\.f(32|64)"  # explicit rounding: ptxas never contracts these
     r"|(neg|abs|min|max|selp|mov)\.f(32|64)"  # exact
     r"|setp\.[a-z]+\.f(32|64)"  # comparisons
-    r"|cvt\.rn\.f(16|32|64)\.[su](32|64)|cvt\.rn\.f16\.f32|cvt\.f64\.f32"  # conversions
+    r"|cvt\.rn\.f(16|32|64)\.[su](32|64)|cvt\.rn\.f16\.f32"  # rounded conversions
+    r"|cvt\.f64\.f32|cvt\.f32\.b?f16"  # exact widenings (dropout's half inputs)
 )
 
 
@@ -336,6 +348,9 @@ KERNEL_VARIANTS = [
     ("trunc_normal float32", fused._TRUNC32, "*fp32", False, False, True, False),
     ("trunc_normal float16, by element", fused._TRUNC32, "*fp16", False, False, False, False),
     ("trunc_normal float64", fused._TRUNC64, "*fp64", False, False, True, False),
+    ("dropout float32", fused._DROPOUT, "*fp32", False, False, True, True),
+    ("dropout bfloat16, by element", fused._DROPOUT, "*bf16", False, False, False, False),
+    ("dropout float64", fused._DROPOUT, "*fp64", False, False, True, False),
 ]
 
 
@@ -357,8 +372,10 @@ def test_every_kernel_variant_compiles_to_ieee_rounded_ptx(
     for name in names:
         if name in constants:
             signature[name] = "constexpr"
-        elif name == "out_ptr":
+        elif name in ("out_ptr", "x_ptr"):
             signature[name] = out
+        elif name == "m_ptr":
+            signature[name] = "*i1"
         elif name.endswith("_ptr"):
             signature[name] = "*i64"
         else:

@@ -49,6 +49,7 @@ from hwrng._philox._parameters import (
     PRECISION,
     checked_index,
     checked_seed_position,
+    dropout_parameters,
     normal_parameters,
     probabilities_broadcast,
     probability,
@@ -56,7 +57,7 @@ from hwrng._philox._parameters import (
     uniform_parameters,
 )
 
-__all__ = ["bernoulli_mask", "normal", "trunc_normal", "uniform"]
+__all__ = ["bernoulli_mask", "dropout", "normal", "trunc_normal", "uniform"]
 
 #: writes the values of a batch of ``n`` blocks, from their ``(4, n)`` words (high halves
 #: garbage, free to overwrite), into ``dest`` of shape ``(n, per_block)``
@@ -601,6 +602,41 @@ def bernoulli_mask(
         table=lambda w, dest: _to_lanes(w.bitwise_and_(k_mask).lt_(k_threshold), dest),
         out=out,
     )
+
+
+def dropout(
+    seed: int, position: int, index: Indices, source: torch.Tensor, p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dropout of ``source``, the values at global indices ``index``: the output and its mask.
+
+    Parameters
+    ----------
+    seed : int
+        The 64-bit seed, in ``[0, 2**64)``.
+    position : int
+        The op's position, in ``[0, 2**63)``.
+    index : torch.Tensor or ShardIndices
+        Global flat element indices, or a shard's description by per-dim index vectors.
+    source : torch.Tensor
+        The input, of ``index``'s shape: float32, float64, float16 or bfloat16.
+    p : float
+        The probability of dropping an element, ``0 < p < 1``.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``source * m * c`` (``source * 0`` where dropped) and the mask ``m`` of
+        kept elements, Bernoulli(``1 - p``); ``c`` is ``1 / (1 - p)`` in the
+        dtype (see :func:`~hwrng._philox._parameters.dropout_parameters`).
+    """
+    scale, _ = dropout_parameters(source.dtype, p)
+    if tuple(source.shape) != index_shape(index):
+        raise InvalidValueError(
+            f"the input has shape {tuple(source.shape)}, the index {index_shape(index)}"
+        )
+    kept = bernoulli_mask(seed, position, index, 1.0 - p)
+    factor = kept.to(source.dtype).mul_(scale)  # exact: scale is a value of the dtype
+    return source * factor, kept
 
 
 def trunc_normal(

@@ -23,6 +23,7 @@ __all__ = [
     "checked_index",
     "checked_seed_position",
     "checked_word",
+    "dropout_parameters",
     "normal_parameters",
     "probabilities_broadcast",
     "probability",
@@ -189,6 +190,21 @@ def _real(name: str, given: float) -> float:
         return float(given)
     except (TypeError, ValueError):
         raise InvalidArgumentError(f"{name} must be a real number, got {given!r}") from None
+
+
+def dropout_parameters(dtype: torch.dtype, p: float) -> tuple[float, int]:
+    """Dropout's scale in ``dtype`` and its Bernoulli threshold for ``0 < p < 1``; or raise.
+
+    The scale is ``1 / (1 - p)`` in float64, rounded to float32, then to the
+    dtype (float64: as it is): what multiplying a 0/1 mask of the dtype by the
+    Python number gives. The threshold is Bernoulli's of ``f64(1 - p)``.
+    """
+    check_dtype(dtype)
+    value = _finite_floats(p=p)["p"]
+    if not 0.0 < value < 1.0:
+        raise InvalidValueError(f"dropout draws for 0 < p < 1, got {value}")
+    keep = 1.0 - value
+    return _to_dtype(1.0 / keep, dtype), round(keep * 2**32)
 
 
 def trunc_normal_parameters(

@@ -2,13 +2,24 @@
 # (Triton kernels take untyped, specialised parameters; the public functions are fully typed.)
 # ruff: noqa: PLR0917
 # (Triton device functions take their operands and constants positionally.)
-"""A fused Triton kernel of the Philox ops for CUDA: uniform, normal, Bernoulli, truncated normal.
+"""A fused Triton kernel of the Philox ops for CUDA: every distribution and dropout, one pass each.
 
 One launch computes a local shard's values straight from the shard's per-dim
 global index vectors and writes them to the output: no int64 index tensor of
 the shard, no table of words, no temporaries. Up to four dims are read as
 they are; leading dims beyond four are collapsed into one vector whose length
 is the product of their local sizes (never the shard's size).
+
+A program computes 256 Philox blocks and writes every value each yields
+(four for the 32-bit-word dtypes, two for float64) that the shard holds, as
+torch's and cuRAND's kernels use a block's four words: the shard is read as
+runs of consecutive global indices (``ShardIndices.run_layout``), a run's
+first and last blocks partly written. A shard of one run whose first element
+starts a block stores 16-byte vectors with no shuffle between threads. Only a
+shard whose runs are shorter than ``_RUNS_FROM`` elements (a scattered last
+dim) is computed element by element, each value its whole block. Dropout
+reads the input, draws the mask and writes the output and the mask in the
+same pass.
 
 The counter layout (:mod:`hwrng._philox._bits`), the bit-to-float mapping
 and every float operation are those of the generic path
@@ -61,6 +72,7 @@ from hwrng._philox._index import Ranges, ShardIndices, flat_index_of_checked, in
 from hwrng._philox._parameters import (
     PRECISION,
     checked_seed_position,
+    dropout_parameters,
     normal_parameters,
     probabilities_broadcast,
     probability,
@@ -82,6 +94,7 @@ __all__ = [
     "MAX_DIMS",
     "available",
     "bernoulli_mask",
+    "dropout",
     "normal",
     "trunc_normal",
     "uniform",
@@ -101,9 +114,10 @@ _RUNS_FROM = 8
 _WIDE_FROM = 2**31
 
 # what the kernel computes (a constexpr)
-(_UNIFORM32, _UNIFORM64, _NORMAL32, _NORMAL64, _BERNOULLI, _BERNOULLI_P, _TRUNC32, _TRUNC64) = (
-    range(8)
-)
+(
+    _UNIFORM32, _UNIFORM64, _NORMAL32, _NORMAL64, _BERNOULLI, _BERNOULLI_P, _TRUNC32, _TRUNC64,
+    _DROPOUT,
+) = range(9)  # fmt: skip
 
 
 def why_unavailable(device: torch.device | str | None = None) -> str | None:
@@ -463,8 +477,9 @@ if triton is not None:
 
     @triton.jit
     def _to_bf16(x):
-        """float32 to bfloat16 rounding to nearest even, on the bits (finite values)."""
+        """float32 to bfloat16 rounding to nearest even, on the bits; NaN to 0x7FC0, as torch's."""
         bits = x.to(tl.uint32, bitcast=True)
+        bits = tl.where(x != x, 0x7FC00000, bits)  # (dropout's x * 0 of an infinite input)
         bits = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
         return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
@@ -566,6 +581,8 @@ if triton is not None:
     def _kernel(  # noqa: PLR0912, PLR0915
         out_ptr,
         p_ptr,
+        x_ptr,
+        m_ptr,
         i0_ptr,
         i1_ptr,
         i2_ptr,
@@ -693,7 +710,7 @@ if triton is not None:
             zero + k1.to(tl.uint32),
         )
         # (Triton compares constexprs with ==, not with in)
-        if KIND == 0 or KIND == 4 or KIND == 5 or KIND == 6:  # noqa: PLR1714 - one word a value
+        if KIND == 0 or KIND == 4 or KIND == 5 or KIND == 6 or KIND == 8:  # noqa: PLR1714
             w = _lanes4(x0, x1, x2, x3) if RUNS else _word(e, x0, x1, x2, x3)
             if KIND == 0:  # uniform, float32 / float16 / bfloat16: in float32
                 v = _uniform32(
@@ -707,6 +724,15 @@ if triton is not None:
                 at = where if RUNS else j0 * ps0 + j1 * ps1 + j2 * ps2 + j3 * ps3
                 limit = tl.load(p_ptr + at, mask=mask, other=0)
                 value = w.to(tl.int64) < limit
+            elif KIND == 8:  # dropout of the input: Bernoulli, then x * scale or x * 0
+                keep = w.to(tl.int64) < threshold
+                tl.store(m_ptr + where, keep, mask=mask)
+                x = tl.load(x_ptr + where, mask=mask, other=0)
+                if out_dtype == tl.float64:
+                    value = tl.where(keep, x * _f64(a_bits), x * 0.0)
+                else:  # in float32: the scale is the dtype's, the products exact before rounding
+                    x = x.to(tl.float32)
+                    value = _narrow(tl.where(keep, x * _f32(a_bits), x * 0.0), out_dtype)
             else:  # truncated normal, float32 / float16 / bfloat16
                 v = _trunc_value32(
                     w, _f32(d_bits), _f32(p0_bits), _f32(upper_bits), shift, mirror,
@@ -847,7 +873,10 @@ def _launch(
     threshold: int = 0,
     limits: torch.Tensor | None = None,
     block: int | None = None,
+    source: torch.Tensor | None = None,
+    kept: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """One launch: the values of ``shard`` (dropout: of ``source``, its mask into ``kept``)."""
     block_shift = 1 if kind in (_UNIFORM64, _NORMAL64, _TRUNC64) else 2
     plan = _plan(shard, device, block_shift)
     out = torch.empty(plan.local, dtype=dtype, device=device)
@@ -874,6 +903,8 @@ def _launch(
     _kernel[grid](
         out,
         p_arg,
+        out if source is None else source,
+        out if kept is None else kept,
         *plan.vectors,
         sizes[1],
         sizes[2],
@@ -1106,6 +1137,61 @@ def bernoulli_mask(
         _BERNOULLI, seed, position, shard, dtype=torch.bool, device=device,
         threshold=round(single * 2**32),
     )  # fmt: skip
+
+
+def dropout(
+    seed: int,
+    position: int,
+    dim_indices: Sequence[torch.Tensor],
+    global_shape: Sequence[int],
+    source: torch.Tensor,
+    p: float,
+    *,
+    ranges: Ranges | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The generic path's ``dropout`` of ``source``, the shard of ``dim_indices``, in one launch.
+
+    Parameters
+    ----------
+    seed, position : int
+        As for the generic ``dropout``.
+    dim_indices : sequence of torch.Tensor
+        The shard's global positions along each dim (see ``flat_index``).
+    global_shape : sequence of int
+        The global tensor's shape.
+    source : torch.Tensor
+        The shard's input: float32, float64, float16 or bfloat16, of the shard's shape.
+    p : float
+        The probability of dropping an element, ``0 < p < 1``.
+    ranges : tuple, optional
+        The runs of each dim's positions on the host (``ShardIndices.ranges``).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        The output and the mask of kept elements, bit-identical to the generic path's.
+
+    Raises
+    ------
+    InvalidDeviceError
+        Where the kernel cannot serve the index vectors' device (see
+        :func:`why_unavailable`).
+    """
+    device = _device(dim_indices)
+    seed, position = checked_seed_position(seed, position)
+    scale, threshold = dropout_parameters(source.dtype, p)
+    shard = _shard(device, dim_indices, global_shape, ranges)
+    if tuple(source.shape) != index_shape(shard):
+        raise InvalidValueError(
+            f"the input has shape {tuple(source.shape)}, the shard {index_shape(shard)}"
+        )
+    source = source.to(device).contiguous()
+    kept = torch.empty(source.shape, dtype=torch.bool, device=device)
+    out = _launch(
+        _DROPOUT, seed, position, shard, dtype=source.dtype, device=device,
+        a=scale, threshold=threshold, source=source, kept=kept,
+    )  # fmt: skip
+    return out, kept
 
 
 def trunc_normal(

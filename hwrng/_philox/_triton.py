@@ -479,7 +479,8 @@ if triton is not None:
     def _to_bf16(x):
         """float32 to bfloat16 rounding to nearest even, on the bits; NaN to 0x7FC0, as torch's."""
         bits = x.to(tl.uint32, bitcast=True)
-        bits = tl.where(x != x, 0x7FC00000, bits)  # (dropout's x * 0 of an infinite input)
+        # NaN (dropout's x * 0 of an infinite input): x != x is the NaN test Triton compiles
+        bits = tl.where(x != x, 0x7FC00000, bits)  # noqa: PLR0124
         bits = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
         return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
 

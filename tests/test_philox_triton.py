@@ -384,3 +384,41 @@ def test_every_kernel_variant_compiles_to_ieee_rounded_ptx(
     assert _not_rounded(ptx) == {}
     if kind not in (fused._BERNOULLI, fused._BERNOULLI_P):
         assert _float_instructions(ptx), "no float operation found: the PTX scan reads nothing"
+
+
+def test_the_kernel_computes_each_philox_block_once() -> None:
+    # uniform float32 over one aligned run, as the sm_90 PTX says: 256 blocks a program of 4 warps
+    # is 2 blocks a thread, each 10 rounds of 2 high products (20 mul.hi, fewer where constant),
+    # and all 8 values they yield stored as two 16-byte vectors; before, every value computed its
+    # own block (39 mul.hi for a thread's 2 values)
+    _nvidia_backend_or_skip()
+    names = list(fused._kernel.arg_names)
+    constants = {"KIND": fused._UNIFORM32, "BLOCK_SHIFT": 2, "SHIFT": 8, "UNIT": True}
+    constants.update(BLOCK=256, WIDE=False, RUNS=True, ONE_RUN=True, LEAD=0)
+    signature = {}
+    for name in names:
+        if name in constants:
+            signature[name] = "constexpr"
+        else:
+            signature[name] = (
+                "*fp32" if name == "out_ptr" else "*i64" if name.endswith("_ptr") else "i32"
+            )
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    aligned = ("out_ptr", "total", "length")  # as a launch specialises them (multiples of 16)
+    source = ASTSource(
+        fused._kernel,
+        signature,
+        constexprs={(names.index(k),): v for k, v in constants.items()},
+        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned},
+    )
+    compiled = fused.triton.compile(
+        source, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False}
+    )
+    instructions = Counter(
+        re.findall(r"^\s*(?:@!?%p\d+\s+)?([a-z][a-z0-9_.]*)", str(compiled.asm["ptx"]), re.M)
+    )
+    assert instructions["mul.hi.u32"] <= 2 * 20, instructions["mul.hi.u32"]
+    stores = {m: n for m, n in instructions.items() if m.startswith("st.global")}
+    assert stores == {"st.global.v4.b32": 2}, stores

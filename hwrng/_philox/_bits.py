@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from hwrng._exceptions import InvalidArgumentError, InvalidValueError
-from hwrng._philox._operands import Maker, Operand
+from hwrng._philox._operands import Maker, Operand, on_the_host
 from hwrng._philox._parameters import checked_index, checked_seed_position, checked_word
 
 __all__ = [
@@ -88,7 +88,7 @@ class Rounds:
         self._keys = [
             torch.tensor([[a], [b]], dtype=torch.int64, device=device) for a, b in self.keys
         ]
-        self._word = Maker(torch.int64, device.type == "cpu")
+        self._word = Maker(torch.int64, on_the_host(device))
         self._mask, self._m0, self._m1, self._32 = (self._word(v) for v in (_MASK32, _M0, _M1, 32))
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
         self._rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}

@@ -44,7 +44,7 @@ from hwrng._philox._math import (
     sqrt,
     tail_scale,
 )
-from hwrng._philox._operands import Maker, Operand
+from hwrng._philox._operands import Maker, Operand, on_the_host
 from hwrng._philox._parameters import (
     PRECISION,
     checked_index,
@@ -317,7 +317,7 @@ def _clamp(x: torch.Tensor, lo: Operand, hi: Operand) -> torch.Tensor:
 
 def _makers(device: torch.device) -> tuple[Maker, Maker]:
     """Operands for int64 and float32 ops on ``device``'s tensors."""
-    cpu = device.type == "cpu"
+    cpu = on_the_host(device)
     return Maker(torch.int64, cpu), Maker(_F32, cpu)
 
 

@@ -19,7 +19,7 @@ import threading
 
 import torch
 
-__all__ = ["Maker", "Operand", "operand", "operands_for"]
+__all__ = ["Maker", "Operand", "on_the_host", "operand", "operands_for"]
 
 #: a constant as an op takes it: a 0-dim CPU tensor, or a Python number
 Operand = torch.Tensor | int | float
@@ -91,6 +91,11 @@ class Maker:
     def all(self, values: tuple[float, ...]) -> tuple[Operand, ...]:
         """The operands of several values."""
         return tuple(self(v) for v in values)
+
+
+def on_the_host(device: torch.device) -> bool:
+    """Whether ``device`` is the host's memory, where the CPU's kernels run."""
+    return device.type == torch.default_generator.device.type
 
 
 def operands_for(like: torch.Tensor) -> Maker:

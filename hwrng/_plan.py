@@ -291,12 +291,16 @@ class Seeding:
         the trainer's ``seed + 100 * pp`` does). :func:`hwrng.verify` catches a
         smaller mesh that spans stages.
         """
-        ranks = mesh_ranks(mesh)
-        found = self._dtensor_seeds.get(ranks)
+        return self.dtensor_seed_of(mesh_ranks(mesh))
+
+    def dtensor_seed_of(self, ranks: Sequence[int]) -> int:
+        """:meth:`dtensor_seed` of a mesh over ``ranks`` (global ranks, any order). Pure, cached."""
+        key = tuple(int(r) for r in ranks)
+        found = self._dtensor_seeds.get(key)
         if found is None:
-            whole = len(set(ranks)) >= _world_size(len(ranks))
-            outside = [d for d in self.dims if not self._inside(d, ranks, whole=whole)]
-            found = self._dtensor_seeds[ranks] = self._seed_over(outside)
+            whole = len(set(key)) >= _world_size(len(key))
+            outside = [d for d in self.dims if not self._inside(d, key, whole=whole)]
+            found = self._dtensor_seeds[key] = self._seed_over(outside)
         return found
 
     def _inside(self, dim: SeedDim, ranks: tuple[int, ...], *, whole: bool) -> bool:

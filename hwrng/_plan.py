@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANY_STATE",
+    "DEVICE_STREAMS",
     "PLAN_RANK_LIMIT",
     "SeedDim",
     "Seeding",
@@ -54,6 +55,10 @@ __all__ = [
 
 #: The key of :attr:`Seeding.named` that holds the expectation of every other named state.
 ANY_STATE = "*"
+#: The key of :attr:`Seeding.named` that holds the dims the devices' default generators are
+#: seeded along, where a preset seeds them apart from the plan's terms (slapo's
+#: ``always_enable_tp_seed``: the tensor-parallel seed); see :meth:`Seeding.device_dims`.
+DEVICE_STREAMS = "<devices>"
 
 #: :func:`seed_plan` lists every rank; past this many it refuses (use :func:`rank_seed`).
 PLAN_RANK_LIMIT = 2**24
@@ -249,7 +254,9 @@ class Seeding:
     named
         What named states should differ along, for a preset that knows:
         ``(("tracker/state", ("pp", "tp")), ...)``, with :data:`ANY_STATE` for
-        every state not listed. Empty: along the plan's dims.
+        every state not listed, and :data:`DEVICE_STREAMS` for the devices'
+        default generators where a preset seeds them along other dims than the
+        plan's terms. Empty: along the plan's dims.
     """
 
     seed: int
@@ -317,6 +324,16 @@ class Seeding:
         """The dims the named state ``"tracker/state"`` should differ along, if the plan says."""
         found = dict(self.named)
         return found.get(state, found.get(ANY_STATE))
+
+    def device_dims(self) -> tuple[str, ...] | None:
+        """The dims the devices' default generators were seeded along, where not the plan's terms.
+
+        slapo's ``always_enable_tp_seed`` seeds them with the tensor-parallel
+        seed (along ``pp``, ``dp`` and ``tp``) while torch's CPU generator,
+        ``random`` and NumPy take the plan's; ``None`` where the devices take
+        the plan's seed too.
+        """
+        return dict(self.named).get(DEVICE_STREAMS)
 
     def describe(self) -> str:
         """One line: ``seed 123 + pp*2 + tp (this rank: 125), manual_seed on cpu``.

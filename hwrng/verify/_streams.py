@@ -154,17 +154,32 @@ def _draws(digest: bytes) -> int:
     return digest62(digest)
 
 
-def _host_and_device(platform: Platform) -> list[tuple[str, int]]:
+def _host_and_device(platform: Platform) -> list[tuple[str, int, bool]]:
+    """``(name, digest, whether it is a device's default generator)`` of each generator."""
     # torch's CPU generator: what it draws (its Mersenne state), not the 64-bit seed it
     # stores, whose high 32 bits torch's own seeding ignores
     host = mersenne_state_digest(host_generator().get_state())
-    found = [("torch.cpu", _draws(host))]
+    found = [("torch.cpu", _draws(host), platform.uses_host_generator)]
     if platform.uses_host_generator:
         return found
     for index in range(platform.device_count()):
         state = platform.generator(index).get_state()
-        found.append((f"{platform.device_type}:{index}", _draws(platform.state_digest(state))))
+        digest = _draws(platform.state_digest(state))
+        found.append((f"{platform.device_type}:{index}", digest, True))
     return found
+
+
+def _device_key(seeding: Seeding | None, replica: int) -> int:
+    """The replica key of the devices' default generators.
+
+    The plan's, unless a preset seeded them along other dims (slapo's
+    ``always_enable_tp_seed``).
+    """
+    dims = seeding.device_dims() if seeding is not None else None
+    if seeding is None or dims is None:
+        return replica
+    coordinates = {d.name: d.coordinate for d in seeding.dims}
+    return digest_of([(d, coordinates.get(d)) for d in dims])
 
 
 def _libraries() -> list[tuple[str, int]]:
@@ -291,13 +306,18 @@ def rank_streams(
     ``seeding`` the plan the keys come from (``None`` where ``sharded_dims``
     give them), which may say what named states differ along.
     """
-    both_ways = [
-        Stream(name, (Observation(digest, replica, replica),))
-        for name, digest in [*_host_and_device(platform), *_libraries()]
+    device = _device_key(seeding, replica)
+    generators = [
+        Stream(name, (Observation(digest, key, key),))
+        for name, digest, on_device in _host_and_device(platform)
+        for key in [device if on_device else replica]
+    ]
+    libraries = [
+        Stream(name, (Observation(digest, replica, replica),)) for name, digest in _libraries()
     ]
     view = dtensor_view(platform, plan, mesh)
     dtensor = Stream(DTENSOR_STREAM, tuple(view.observe(r) for r in view.recorded))
-    return [*both_ways, *_named(seeding, replica), dtensor], view
+    return [*generators, *libraries, *_named(seeding, replica), dtensor], view
 
 
 def check_stream_names(chosen: Iterable[str] | None) -> list[str] | None:

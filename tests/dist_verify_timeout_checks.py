@@ -1,0 +1,108 @@
+"""What each rank runs in test_verify_timeout_dist.py (importable by the spawned ranks)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+import hwrng
+from hwrng._collectives import Comm
+
+#: verify's timeout in these tests, in seconds: small, so that a test takes seconds.
+TIMEOUT = 1.5
+
+
+def _seeded() -> Any:
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    hwrng.manual_seed(5, mesh, sharded_dims=["tp"], platform="cpu")
+    return mesh
+
+
+def _verify(**arguments: Any) -> tuple[str, float]:
+    """verify's outcome on this rank, in words, and how long it took."""
+    started = time.monotonic()
+    try:
+        report = hwrng.verify(**arguments)
+    except hwrng.HwrngError as error:
+        return f"{type(error).__name__}: {error}", time.monotonic() - started
+    return f"report ok={report.ok}", time.monotonic() - started
+
+
+def absent_rank(fault: str) -> dict[str, Any]:
+    """Rank 1 does not reach verify in time: it sleeps, or is stopped (SIGSTOP: its sockets stay
+    open, as a hung or swapped-out rank's do) for longer than the others' timeout; then it calls
+    verify late. Afterwards every rank verifies again: the ranks are still in step."""
+    _seeded()
+    rank = dist.get_rank()
+    away = TIMEOUT + 1.5
+    if rank == 1 and fault == "sleeping":
+        time.sleep(away)
+    if rank == 1 and fault == "stopped":
+        subprocess.Popen(["sh", "-c", f"sleep {away}; kill -CONT {os.getpid()}"])
+        os.kill(os.getpid(), signal.SIGSTOP)
+    outcome, seconds = _verify(timeout=TIMEOUT)
+    again, _ = _verify(timeout=30)
+    return {"outcome": outcome, "seconds": seconds, "again": again}
+
+
+def mixed_groups() -> dict[str, Any]:
+    """Rank 1 alone passes group= (ranks 0 and 1); the others verify over the world."""
+    _seeded()
+    rank = dist.get_rank()
+    pair = dist.new_group([0, 1])
+    outcome, seconds = _verify(timeout=30, **({"group": pair} if rank == 1 else {}))
+    again, _ = _verify(timeout=30)
+    return {"outcome": outcome, "seconds": seconds, "again": again}
+
+
+def group_calls_stay_in_step() -> list[str]:
+    """Ranks 0 and 1 verify over their pair, then every rank over the world, twice."""
+    _seeded()
+    rank = dist.get_rank()
+    pair = dist.new_group([0, 1])
+    found = []
+    if rank < 2:
+        found.append(_verify(group=pair, timeout=30)[0])
+    for _ in range(2):
+        found.append(_verify(timeout=30)[0])
+    return found
+
+
+def bounded_collective() -> tuple[str, float]:
+    """A collective on a group made with torch's 30-minute default: rank 1 joins it late; the
+    others' Comm with a timeout raises within it. (The group is given up afterwards.)"""
+    group = dist.new_group(list(range(dist.get_world_size())))
+    rank = dist.get_rank()
+    started = time.monotonic()
+    if rank == 1:
+        time.sleep(TIMEOUT + 1)
+    try:
+        Comm(group, hwrng.get_platform("cpu"), timeout=TIMEOUT).max([rank])
+    except hwrng.DistributedError as error:
+        return f"DistributedError: {error}", time.monotonic() - started
+    return "no error", time.monotonic() - started
+
+
+def bad_timeout(value: Any) -> str:
+    """A timeout that is not a positive duration is refused alike on every rank, at once."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    _seeded()
+    with CommDebugMode() as comms:
+        try:
+            hwrng.verify(timeout=value)
+        except hwrng.HwrngError as error:
+            return f"{type(error).__name__} after {comms.get_total_counts()} collective(s)"
+    return "no error"
+
+
+def passes_with(value: Any) -> bool:
+    """verify with ``timeout`` given as ``value`` (seconds, or a timedelta) passes."""
+    _seeded()
+    return hwrng.verify(timeout=value).ok

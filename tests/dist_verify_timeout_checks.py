@@ -31,7 +31,10 @@ def _verify(**arguments: Any) -> tuple[str, float]:
         report = hwrng.verify(**arguments)
     except hwrng.HwrngError as error:
         return f"{type(error).__name__}: {error}", time.monotonic() - started
-    return f"report ok={report.ok}", time.monotonic() - started
+    if report.ok:
+        return "report ok=True", time.monotonic() - started
+    problems = [f"{v.stream} {list(v.ranks)}: {'; '.join(v.problems)}" for v in report.failures]
+    return f"report over {report.world_size}: {' | '.join(problems)}", time.monotonic() - started
 
 
 def absent_rank(fault: str) -> dict[str, Any]:

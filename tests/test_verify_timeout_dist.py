@@ -49,9 +49,9 @@ def test_a_rank_alone_with_group_gets_a_verdict_naming_the_mismatch(pool: Distri
     results = pool.run(checks.mixed_groups)
     for rank, result in enumerate(results):
         outcome = result["outcome"]
-        words = "ranks [0, 1]" if rank == 1 else "all 4 ranks"
+        size = 2 if rank == 1 else 4
         assert outcome.startswith(
-            f"DistributedError: hwrng.verify over {words}: the ranks' arguments differ: rank "
+            f"report over {size}: setup [0, 1]: the ranks' arguments differ: rank "
         ), outcome
         assert "over ranks [0, 1]" in outcome and "over all 4 ranks" in outcome, outcome
         assert "same group=" in outcome

@@ -148,7 +148,12 @@ def verify(
     streams are read, never drawn from. It never leaves a peer waiting: a rank
     that cannot build its observations (no plan in force, a mesh it is not in,
     ...) still joins the collectives, and every rank gets the same report,
-    failing with ``setup failed on rank r: ...``.
+    failing with ``setup failed on rank r: ...``. Nor does it wait forever:
+    before any collective the ranks meet through the job's rendezvous store,
+    and ranks that called it over different groups get a failing report
+    naming the mismatch; ranks that do not arrive within ``timeout`` are
+    named in the error the others raise (see "Never waiting forever" in the
+    documentation).
 
     Every pair of ranks is judged -- ranks that should be replicas must hold
     equal streams, ranks that should differ must not -- whatever mesh dims
@@ -183,6 +188,11 @@ def verify(
     platform
         Whose devices to read; by default the plan's platform, else
         :func:`hwrng.get_platform`'s choice.
+    timeout
+        Seconds (or a :class:`datetime.timedelta`) to wait for every rank to
+        arrive, and for each collective after that -- on the whole group and
+        on each mesh dim's group, whatever timeout those groups were made with.
+        By default 5 minutes (torch's process groups wait 30).
 
     Returns
     -------
@@ -200,13 +210,20 @@ def verify(
     ------
     DistributedError
         On every rank, before any collective, if ``torch.distributed`` is not
-        initialised; on a rank outside ``group`` (which must not call it).
+        initialised; on a rank outside ``group`` (which must not call it). On
+        every rank that arrived, within ``timeout``, if some rank of the group
+        did not (naming it), and on a rank that arrives after the others gave
+        up; if a collective does not complete within ``timeout`` (a rank
+        stopped inside verify).
     MeshError
         On every rank, before any collective, if ``mesh`` is not a DeviceMesh
         or ``sharded_dims`` are malformed or given without a mesh.
     InvalidArgumentError
         On every rank, before any collective, if ``streams`` is not a list of
-        distinct names.
+        distinct names, or ``timeout`` is neither seconds nor a timedelta.
+    InvalidValueError
+        On every rank, before any collective, if ``timeout`` is not positive
+        and finite.
     """
     dims = check_arguments(mesh, sharded_dims, group)
     wanted = check_stream_names(streams)
@@ -214,7 +231,14 @@ def verify(
     plan = current_seeding()
     resolved = platform_in_force(platform)
     whole = Comm(group, resolved, timeout=seconds)
-    arrive(whole, seconds)
+    mismatch = arrive(whole, seconds)
+    if mismatch is not None:
+        verdict = StreamVerdict(
+            "setup", "every rank calls verify over the same group", (mismatch.text,), mismatch.ranks
+        )
+        named = tuple((r, {"rank": r}) for r in mismatch.ranks)
+        me = whole.global_rank(whole.rank)
+        return VerifyReport(me, whole.size, (verdict,), named, "unknown (the ranks' groups differ)")
     failure = ""
     mine: _Fingerprint | None = None
     comparison = None

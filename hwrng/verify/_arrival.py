@@ -21,7 +21,8 @@ In a small group (:data:`WATCHED`), waiting ranks also read their peers'
 records as they wait: a peer waiting in a call over another group that
 holds this rank, which this rank has not made, can only be met after this
 call ends -- which needs that peer. Such a deadlock is declared at once,
-both calls abandoned, naming the mismatch.
+both calls decided as a :class:`Mismatch`, which every rank of both reports
+as a failing verdict naming it.
 
 Nothing here is a collective: a call that fails here leaves every process
 group untouched. Calls are numbered per group on each rank, so ranks that
@@ -39,12 +40,13 @@ import math
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from hwrng._collectives import Comm, digest_of
 from hwrng._exceptions import DistributedError, InvalidArgumentError, InvalidValueError
 
-__all__ = ["DEFAULT_TIMEOUT", "WATCHED", "arrive", "check_timeout"]
+__all__ = ["DEFAULT_TIMEOUT", "WATCHED", "Mismatch", "arrive", "check_timeout"]
 
 #: How long ``verify`` waits, by default, for every rank to arrive and for each collective.
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
@@ -143,8 +145,12 @@ class _Call:
         key = f"{self.key}/decision"
         return _text(self.store.get(key)) if self.store.check([key]) else None
 
-    def arrive(self) -> None:
-        """Count this rank in; return once every member is, else raise (see the module)."""
+    def arrive(self) -> Mismatch | None:
+        """Count this rank in; return once every member is, else raise (see the module).
+
+        Returns the :class:`Mismatch` found instead, where ranks called verify over
+        different groups.
+        """
         self.store.set(f"{_ROOT}/rank/{self.me}", json.dumps(self.record()))
         count = int(self.store.add(f"{self.key}/arrived", 1))
         if count >= len(self.members):
@@ -154,8 +160,14 @@ class _Call:
             found = self.decided()
             late = found is not None
             decision = found if found is not None else self._wait(time.monotonic() + self.seconds)
+        if decision.startswith("mismatch: "):
+            mismatch = json.loads(decision.removeprefix("mismatch: "))
+            _skip(mismatch["calls"])
+            text = f"the ranks' arguments differ: {mismatch['text']}"
+            return Mismatch(text, tuple(sorted(mismatch["ranks"])))
         if decision != _COMPLETE:
             raise DistributedError(self._failure(decision, late=late))
+        return None
 
     def _wait(self, deadline: float) -> str:
         watched = len(self.members) <= WATCHED
@@ -206,7 +218,8 @@ class _Call:
                 "same group=, in the same order"
             )
             calls = [[self.group, self.number], [found["group"], found["call"]]]
-            message = "mismatch: " + json.dumps({"text": text, "calls": calls})
+            ranks = [rank, self.me]
+            message = "mismatch: " + json.dumps({"text": text, "calls": calls, "ranks": ranks})
             self.store.compare_set(f"{other}/decision", "", message)
             return self.decide(message)
         return None
@@ -220,10 +233,6 @@ class _Call:
 
     def _failure(self, decision: str, *, late: bool) -> str:
         head = f"hwrng.verify over {self.words}"
-        if decision.startswith("mismatch: "):
-            found = json.loads(decision.removeprefix("mismatch: "))
-            _skip(found["calls"])
-            return f"{head}: the ranks' arguments differ: {found['text']}"
         if int(self.store.add(f"{self.key}/namer", 1)) == 1:
             text = self._name_missing()
             self.store.set(f"{self.key}/missing", json.dumps({"text": text}))
@@ -287,18 +296,36 @@ def _skip(calls: list[list[Any]]) -> None:
             _calls[group] = max(_calls.get(group, 0), int(number) + 1)
 
 
-def arrive(whole: Comm, seconds: float) -> None:
+@dataclass(frozen=True)
+class Mismatch:
+    """Ranks that called verify over different groups: what every rank involved reports.
+
+    Attributes
+    ----------
+    text
+        The mismatch, in words (the same on every rank involved).
+    ranks
+        The two ranks whose calls were found at odds.
+    """
+
+    text: str
+    ranks: tuple[int, ...]
+
+
+def arrive(whole: Comm, seconds: float) -> Mismatch | None:
     """Meet the other ranks of ``whole`` in this call of ``verify``, before any collective.
 
-    Returns once every member has arrived; raises :class:`~hwrng.DistributedError`
-    naming who did not, within ``seconds`` (see the module). A group of one has
-    no one to meet, and torch's fake process group (one process playing the
-    world, for measurements) no one who could come.
+    Returns ``None`` once every member has arrived, or the :class:`Mismatch`
+    found when ranks called verify over different groups; raises
+    :class:`~hwrng.DistributedError` naming the ranks that did not arrive
+    within ``seconds`` (see the module). A group of one has no one to meet, and
+    torch's fake process group (one process playing the world, for
+    measurements) no one who could come.
     """
     import torch.distributed as dist
 
     if whole.size == 1 or "fake" in str(dist.get_backend(whole.group)):
-        return
+        return None
     members = whole.global_ranks()
     me = whole.global_rank(whole.rank)
-    _Call(members, me, int(dist.get_world_size()), seconds).arrive()
+    return _Call(members, me, int(dist.get_world_size()), seconds).arrive()

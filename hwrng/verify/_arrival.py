@@ -53,8 +53,9 @@ DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
 #: Groups of at most this many ranks poll for the outcome and watch for a deadlock while they
 #: wait (a larger group's ranks wait on the store without polling it).
 WATCHED = 64
-#: Seconds between polls of a waiting rank: the first, and the most.
-POLL_S = (0.005, 0.1)
+#: Seconds between polls of a waiting rank: the first, the most in its first second (ranks
+#: of a passing job arrive within milliseconds of one another), and the most after that.
+POLL_S = (0.001, 0.01, 0.1)
 #: Seconds between a waiting rank's reads of its peers' records, looking for a deadlock.
 WATCH_S = 0.5
 #: Ranks named, at most, in a message (the rest are counted).
@@ -171,7 +172,8 @@ class _Call:
 
     def _wait(self, deadline: float) -> str:
         watched = len(self.members) <= WATCHED
-        pause, watch_at = POLL_S[0], time.monotonic() + WATCH_S
+        started = time.monotonic()
+        pause, watch_at = POLL_S[0], started + WATCH_S
         while True:
             found = self.decided()
             if found is not None:
@@ -190,7 +192,7 @@ class _Call:
                     return deadlock
                 watch_at = time.monotonic() + WATCH_S
             time.sleep(min(pause, max(deadline - now, 0.0)))
-            pause = min(pause * 1.25, POLL_S[1])
+            pause = min(pause * 1.25, POLL_S[1] if now - started < 1 else POLL_S[2])
 
     def _abandoned(self) -> str:
         return "abandoned: " + json.dumps({"by": self.me, "waited": self.seconds})

@@ -48,6 +48,7 @@ __all__ = [
     "digest62",
     "digest_of",
     "distributed",
+    "played_by_one_process",
     "rank_and_size",
 ]
 
@@ -73,6 +74,17 @@ def rank_and_size() -> tuple[int, int]:
     import torch.distributed as dist
 
     return int(dist.get_rank()), int(dist.get_world_size())
+
+
+def played_by_one_process(group: Any = None) -> bool:
+    """Whether ``group`` is torch's fake process group: one process playing every rank.
+
+    Its collectives answer at once with no data; nothing outside the process
+    (the rendezvous store) can be met. hwrng measures its costs with it.
+    """
+    import torch.distributed as dist
+
+    return str(dist.get_backend(group)) == "fake"
 
 
 def digest62(*parts: bytes | memoryview | np.ndarray) -> int:

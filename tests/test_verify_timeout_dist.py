@@ -24,7 +24,7 @@ pool = pool_fixture(4, timeout=60)
 MARGIN = 3.0
 
 
-@pytest.mark.parametrize("fault", ["sleeping", "stopped"])
+@pytest.mark.parametrize("fault", ["sleeping", "stopped", "sleeping, in a large group"])
 def test_the_ranks_that_arrived_raise_within_the_timeout_naming_the_absent_one(
     pool: DistributedPool, fault: str
 ) -> None:

@@ -339,7 +339,9 @@ class Seeding:
         """One line: ``seed 123 + pp*2 + tp (this rank: 125), manual_seed on cpu``.
 
         Coordinates the plan records without seeding by them follow the rank's
-        seed (``this rank: 1334; tp=1``), and a resume generation comes last.
+        seed (``this rank: 1334; tp=1``), then the dims the devices are seeded
+        along where a preset seeds them apart (``devices along pp, tp``), and a
+        resume generation comes last.
         """
         terms = "".join(
             f" + {d.name}" if d.weight == 1 else f" + {d.name}*{d.weight}"
@@ -347,6 +349,9 @@ class Seeding:
             if d.weight
         )
         known = "".join(f"; {d.name}={d.coordinate}" for d in self.dims if not d.weight)
+        devices = self.device_dims()
+        if devices is not None:
+            known += f"; devices along {', '.join(devices)}"
         generation = f", resume generation {self.generation}" if self.generation else ""
         return (
             f"seed {self.seed}{terms} (this rank: {self.rank_seed}{known}), "

@@ -89,10 +89,28 @@ def check_timeout(timeout: object) -> float:
     return seconds
 
 
-def _store() -> Any:
+_connection: list[tuple[Any, Any]] = []
+
+
+def _store(seconds: float) -> Any:
+    """The job's rendezvous store, through a connection of verify's own.
+
+    That connection gives up after ``seconds``: a store whose host is stopped
+    must not hold a rank for the store's own timeout. Where the store cannot
+    be cloned (torch < 2.8), the default store itself.
+    """
     from torch.distributed import distributed_c10d
 
-    return distributed_c10d._get_default_store()
+    base = distributed_c10d._get_default_store()
+    with _lock:
+        if not _connection or _connection[0][0] is not base:
+            clone = getattr(base, "clone", None)
+            _connection[:] = [(base, clone() if callable(clone) else None)]
+        own = _connection[0][1]
+    if own is None:
+        return base
+    own.set_timeout(datetime.timedelta(seconds=seconds))
+    return own
 
 
 def _group_words(members: Sequence[int], world: int) -> tuple[str, str]:
@@ -121,7 +139,7 @@ class _Call:
             self.number = _calls.get(self.group, 0)
             _calls[self.group] = self.number + 1
         self.key = f"{_ROOT}/{self.group}/{self.number}"
-        self.store = _store()
+        self.store = _store(seconds)
 
     def record(self) -> dict[str, Any]:
         """What this rank tells the others of its call (its members, for a group not too large)."""
@@ -331,4 +349,12 @@ def arrive(whole: Comm, seconds: float) -> Mismatch | None:
         return None
     members = whole.global_ranks()
     me = whole.global_rank(whole.rank)
-    return _Call(members, me, int(dist.get_world_size()), seconds).arrive()
+    try:
+        return _Call(members, me, int(dist.get_world_size()), seconds).arrive()
+    except DistributedError:
+        raise
+    except RuntimeError as error:  # the store did not answer (DistStoreError), or went away
+        raise DistributedError(
+            f"hwrng.verify could not meet the other ranks through the rendezvous store within "
+            f"{seconds:g} s: {type(error).__name__}: {str(error).strip()[:300]}"
+        ) from error

@@ -35,7 +35,9 @@ def test_the_ranks_that_arrived_raise_within_the_timeout_naming_the_absent_one(
             "DistributedError: hwrng.verify over all 4 ranks: not every rank arrived within "
             "timeout=1.5 s; did not arrive: rank 1"
         ), outcome
-        assert checks.TIMEOUT - 0.5 <= seconds <= checks.TIMEOUT + MARGIN, seconds
+        assert seconds <= checks.TIMEOUT + MARGIN, seconds
+    # the first rank to arrive waits the timeout; one that arrived later stops with it
+    assert max(results[r]["seconds"] for r in (0, 2, 3)) >= checks.TIMEOUT - 0.5
     late = results[1]["outcome"]
     assert late.startswith(
         "DistributedError: hwrng.verify over all 4 ranks: the other ranks stopped waiting "

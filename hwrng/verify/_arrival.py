@@ -52,8 +52,8 @@ DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
 #: Groups of at most this many ranks poll for the outcome and watch for a deadlock while they
 #: wait (a larger group's ranks wait on the store without polling it).
 WATCHED = 64
-#: Seconds between polls of a waiting rank: the first, the most in its first second (ranks
-#: of a passing job arrive within milliseconds of one another), and the most after that.
+#: Seconds between polls of a waiting rank (after a first blocking wait of :data:`WATCH_S`):
+#: the first, the most in its first second, and the most after that.
 POLL_S = (0.001, 0.01, 0.1)
 #: Seconds between a waiting rank's reads of its peers' records, looking for a deadlock.
 WATCH_S = 0.5
@@ -173,23 +173,26 @@ class _Call:
         count = int(self.store.add(f"{self.key}/arrived", 1))
         if count >= len(self.members):
             decision = self.decide(_COMPLETE)
-            late = decision != _COMPLETE
         else:
-            found = self.decided()
-            late = found is not None
-            decision = found if found is not None else self._wait(time.monotonic() + self.seconds)
+            decision = self._wait(time.monotonic() + self.seconds)
         if decision.startswith("mismatch: "):
             mismatch = json.loads(decision.removeprefix("mismatch: "))
             _skip(mismatch["calls"])
             text = f"the ranks' arguments differ: {mismatch['text']}"
             return Mismatch(text, tuple(sorted(mismatch["ranks"])))
         if decision != _COMPLETE:
-            raise DistributedError(self._failure(decision, late=late))
+            given_up = json.loads(decision.removeprefix("abandoned: "))
+            late = count > given_up["arrived"]  # counted in after the others gave up
+            raise DistributedError(self._failure(given_up["waited"], late=late))
         return None
 
     def _wait(self, deadline: float) -> str:
         watched = len(self.members) <= WATCHED
         started = time.monotonic()
+        # the ranks of a passing job arrive together: one blocking wait, woken by the store,
+        # answers them at once; polling (which can watch for a deadlock) only after it
+        if self._block(min(started + WATCH_S, deadline)):
+            return _text(self.store.get(f"{self.key}/decision"))
         pause, watch_at = POLL_S[0], started + WATCH_S
         while True:
             found = self.decided()
@@ -199,11 +202,7 @@ class _Call:
             if now >= deadline:
                 return self.decide(self._abandoned())
             if not watched:  # one blocking wait: a large group's ranks do not poll the store
-                try:
-                    wait = datetime.timedelta(seconds=deadline - now)
-                    self.store.wait([f"{self.key}/decision"], wait)
-                except RuntimeError:  # DistStoreError: the store's own timeout came first
-                    time.sleep(min(POLL_S[2], max(deadline - time.monotonic(), 0.0)))
+                self._block(deadline)
                 continue
             if now >= watch_at:
                 deadlock = self._deadlock()
@@ -213,8 +212,22 @@ class _Call:
             time.sleep(min(pause, max(deadline - now, 0.0)))
             pause = min(pause * 1.25, POLL_S[1] if now - started < 1 else POLL_S[2])
 
+    def _block(self, until: float) -> bool:
+        """Wait on the store for the call's decision, until ``until`` at most; whether it came."""
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            return False
+        try:
+            self.store.wait([f"{self.key}/decision"], datetime.timedelta(seconds=remaining))
+        except RuntimeError:  # DistStoreError: no decision yet (or the store's own timeout)
+            time.sleep(min(POLL_S[1], max(until - time.monotonic(), 0.0)))
+            return False
+        return True
+
     def _abandoned(self) -> str:
-        return "abandoned: " + json.dumps({"by": self.me, "waited": self.seconds})
+        """The words that give the call up: how long this rank waited, how many had arrived."""
+        arrived = int(self.store.add(f"{self.key}/arrived", 0))
+        return "abandoned: " + json.dumps({"waited": self.seconds, "arrived": arrived})
 
     # -- saying who is missing -----------------------------------------------------------
 
@@ -252,14 +265,13 @@ class _Call:
         members = record.get("members")
         return members is not None and self.me in members
 
-    def _failure(self, decision: str, *, late: bool) -> str:
+    def _failure(self, waited: float, *, late: bool) -> str:
         head = f"hwrng.verify over {self.words}"
         if int(self.store.add(f"{self.key}/namer", 1)) == 1:
             text = self._name_missing()
             self.store.set(f"{self.key}/missing", json.dumps({"text": text}))
         else:
             text = self._told()
-        waited = json.loads(decision.removeprefix("abandoned: "))["waited"]
         if late:
             return (
                 f"{head}: the other ranks stopped waiting (timeout={waited:g} s) before this "

@@ -3,8 +3,9 @@
 A collective waits for every member, for as long as its group allows --
 torch's default is 30 minutes -- and says nothing of who is missing. So
 ``verify`` first meets its peers through the job's rendezvous store (the
-default process group's ``TCPStore``), which every backend has and which
-knows who arrived:
+default process group's ``TCPStore``, through a connection of its own that
+gives up after the timeout), which every backend has and which knows who
+arrived:
 
 * each rank writes its *record* (the group of its call and the call's number
   over that group) and counts itself in (``add``) under the call's key;

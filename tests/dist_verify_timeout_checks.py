@@ -100,6 +100,40 @@ def bounded_collective() -> tuple[str, float]:
     return "no error", time.monotonic() - started
 
 
+def stopped_inside(run: str, where: str) -> dict[str, Any]:
+    """Every rank arrives; rank 1 then stalls inside verify until the others have raised (at
+    most 30 s): before its first collective over the group (``where="group"``, a group of this
+    test's own), or before its first along a mesh dim (``"mesh dim"``: verify over the world;
+    the ranks still make the same collectives over it, each raising on a mesh dim's group).
+    ``run`` keys the store counter by which the others tell rank 1 they have raised."""
+    rank = dist.get_rank()
+    store = dist.distributed_c10d._get_default_store()
+    raised = f"test/stopped-inside/{run}/raised"
+    mesh = _seeded()
+    group = dist.new_group(list(range(dist.get_world_size()))) if where == "group" else None
+    wire = importlib.import_module("hwrng.verify._wire")
+    real = wire._answer
+
+    def stalled(request: Any, *arguments: Any) -> Any:
+        if where == "group" or request.axis != wire.WHOLE:
+            deadline = time.monotonic() + 30
+            while int(store.add(raised, 0)) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return real(request, *arguments)
+
+    if rank == 1:
+        wire._answer = stalled
+    try:
+        outcome, seconds = _verify(mesh=mesh, group=group, timeout=TIMEOUT)
+    finally:
+        wire._answer = real
+    if rank != 1:
+        store.add(raised, 1)
+    _seeded()  # a fresh mesh: the timed-out one's groups are given up
+    again, _ = _verify(timeout=30)
+    return {"outcome": outcome, "seconds": seconds, "again": again}
+
+
 def bad_timeout(value: Any) -> str:
     """A timeout that is not a positive duration is refused alike on every rank, at once."""
     from torch.distributed.tensor.debug import CommDebugMode

@@ -79,6 +79,24 @@ def test_a_collective_on_a_group_with_the_default_timeout_is_bounded(
         assert seconds <= checks.TIMEOUT + MARGIN, seconds
 
 
+@pytest.mark.parametrize("where", ["group", "mesh dim"])
+def test_a_rank_stopped_inside_verify_fails_the_others_within_the_timeout(
+    pool: DistributedPool, where: str
+) -> None:
+    """Past arrival, every collective verify makes -- over the group, and over each mesh dim's
+    group (made with torch's 30-minute default) -- is bounded: a peer waiting on the stalled rank
+    raises within the timeout, and one waiting on that peer within one timeout more."""
+    results = pool.run(checks.stopped_inside, where, where)
+    for rank, result in enumerate(results):
+        outcome = result["outcome"]
+        assert outcome.startswith("DistributedError: a collective ("), (rank, outcome)
+        assert "did not complete within 1.5 s" in outcome, (rank, outcome)
+        assert result["again"] == "report ok=True", "the ranks stay in step"
+    assert all(results[r]["seconds"] <= 2 * checks.TIMEOUT + MARGIN for r in (0, 2, 3)), results
+    sizes = {r["outcome"].split(" over ")[1].split(" rank")[0] for r in results}
+    assert sizes == ({"4"} if where == "group" else {"2"}), sizes
+
+
 @pytest.mark.parametrize(
     ("value", "error"),
     [(0, "InvalidValueError"), (-1.5, "InvalidValueError"), ("5", "InvalidArgumentError")],

@@ -161,6 +161,7 @@ PRESET_CASES = [
     ("megatron", ("pp", "ep"), (2, 2), {"collision_free": True, "sizes": {"pp": 2, "ep": 2}}),
     ("megatron", ("ep", "etp"), (2, 2), {}),
     ("slapo", ("pp", "tp"), (2, 2), {}),
+    ("slapo", ("pp", "dp"), (2, 2), {}),  # no tp_rank: the tracker is left as it was
     ("slapo", ("pp", "tp"), (2, 2), {"always_enable_tp_seed": True}),  # sequence parallel
     ("slapo", ("dp", "tp"), (2, 2), {"always_enable_tp_seed": True}),
     ("slapo", ("pp", "tp"), (2, 2), {"collision_free": True, "sizes": {"pp": 2, "tp": 2}}),

@@ -45,9 +45,10 @@ class Cell:
     selection: tuple[str, ...] = ()
 
 
-#: What the DTensor adapter meets first on torch 2.14: ``run_dtensor_rng_op`` on the
-#: accelerator path, and CUDA graphs registering generator states per capture; and the fused
-#: Triton kernel of the invariant ops, in Triton's interpreter (the CUDA wheel brings Triton).
+#: What differs most between torch releases: the DTensor adapter (``run_dtensor_rng_op`` on
+#: the accelerator path from 2.13, ``_compute_rng_offsets`` from 2.12, neither on 2.10 and
+#: 2.11), CUDA graphs registering generator states per capture (from 2.14), and the fused
+#: Triton kernel of the invariant ops, in Triton's interpreter (the CUDA wheels bring Triton).
 ADAPTER_TESTS = (
     "tests/test_dtensor_adapter.py",
     "tests/test_dtensor_dispatch_keys.py",
@@ -57,13 +58,16 @@ ADAPTER_TESTS = (
     "tests/test_philox_triton.py",
 )
 
-#: The matrix, by torch version: the floor ``pyproject.toml`` claims, which is also the
-#: torch CI's own environment uses (its CPU wheel, no CUDA libraries); the first torch
-#: with the accelerator dispatch and per-capture CUDA graph changes; the newest release.
-#: torch 2.11 and 2.12 fail: their ``torch.Generator`` cannot be weakly referenced, which
-#: hwrng's host counter needs. A whole-suite cell takes about 4 minutes on 2 cores, plus
-#: its install (the CUDA wheels bring about 4 GB of libraries, and Triton).
+#: The matrix, by torch version: the floor ``pyproject.toml`` claims (2.10, NVIDIA's NGC
+#: 25.12 container's; the whole suite); the GPU machines' torch (2.11); the torch CI's own
+#: environment uses (2.13, its CPU wheel, no CUDA libraries: the README's command); the
+#: first torch with CUDA graphs registering generator states per capture (2.14); the newest
+#: release (2.15). Only 2.13 has a CPU wheel here: the others are CUDA wheels, which bring
+#: about 4 GB of libraries and Triton. A whole-suite cell takes about 6 minutes on 2 cores
+#: alone, plus its install (README, "Versions tested").
 CELLS: dict[str, Cell] = {
+    "2.10.0": Cell("torch==2.10.0", triton=True),
+    "2.11.0": Cell("torch==2.11.0", triton=True, selection=ADAPTER_TESTS),
     "2.13.0": Cell("torch==2.13.0+cpu"),
     "2.14.1": Cell("torch==2.14.1", triton=True, selection=ADAPTER_TESTS),
     "2.15.0": Cell("torch==2.15.0", unconstrained=True, triton=True),

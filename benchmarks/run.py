@@ -5,7 +5,7 @@ Usage::
     python3 benchmarks/run.py                   # the selected platform's device
     python3 benchmarks/run.py --device cuda     # a named hwrng platform
     python3 benchmarks/run.py --quick           # fewer samples, for a smoke run
-    python3 benchmarks/run.py --only regions    # one module (regions, seed_plan, ...)
+    python3 benchmarks/run.py --only regions    # one module (regions, recompute, ...)
 
 Each case is timed as the median, over interleaved samples, of the mean time
 of many calls; its ratio is to a baseline measured in the same run on the
@@ -24,7 +24,7 @@ from _timing import Result, machine
 
 import hwrng
 
-MODULES = ("regions", "seed_plan", "seeding", "invariant", "model")
+MODULES = ("regions", "seed_plan", "seeding", "invariant", "model", "recompute")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

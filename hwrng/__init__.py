@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hwrng._counters import CounterView, PhiloxCounter
+from hwrng._counters import PhiloxCounter
 from hwrng._device_module import DeviceModule, DeviceModulePlatform
 from hwrng._exceptions import (
     AmbiguousBackendError,
@@ -42,6 +42,7 @@ from hwrng._exceptions import (
     InvalidValueError,
     MeshError,
     NestingError,
+    RecomputationError,
     TrackerError,
     UnknownStateError,
     VerificationError,
@@ -50,7 +51,7 @@ from hwrng._exceptions import (
 from hwrng._fork import fork_rng, isolate_rng
 from hwrng._host import MersenneCounter, host_counter, mersenne_state
 from hwrng._plan import SeedDim, Seeding, rank_seed, seed_plan
-from hwrng._platform import DeviceLike, Platform, collective_backend
+from hwrng._platform import CounterView, DeviceLike, Platform, collective_backend
 from hwrng._registry import (
     BrokenPlugin,
     PlatformInfo,
@@ -129,6 +130,7 @@ __all__ = [
     "RNGSavePlanner",
     "RNGState",
     "RNGStatesTracker",
+    "RecomputationError",
     "SeedDim",
     "Seeding",
     "ShardSpec",

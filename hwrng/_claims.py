@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 from collections.abc import Iterator
 
 import torch
 
 from hwrng._exceptions import NestingError
+from hwrng._generator_table import GeneratorTable
 from hwrng._validation import positive_seconds_from_env
 
 __all__ = ["CLAIM_TIMEOUT_ENV", "Claim", "claim", "claim_for"]
@@ -51,7 +51,7 @@ class Claim:
     tracked regions open on the generator.
     """
 
-    __slots__ = ("__weakref__", "_free", "depth", "owner", "owner_ident", "regions")
+    __slots__ = ("_free", "depth", "owner", "owner_ident", "regions")
 
     def __init__(self) -> None:
         self._free = threading.Condition(threading.Lock())
@@ -91,19 +91,12 @@ class Claim:
                 self._free.notify_all()
 
 
-_table_lock = threading.Lock()
-_claims: weakref.WeakKeyDictionary[torch.Generator, Claim] = weakref.WeakKeyDictionary()
+_claims: GeneratorTable[Claim] = GeneratorTable()
 
 
 def claim_for(generator: torch.Generator) -> Claim:
     """The claim of ``generator`` (made on first use; it lives as long as the generator)."""
-    found = _claims.get(generator)
-    if found is None:
-        with _table_lock:
-            found = _claims.get(generator)
-            if found is None:
-                found = _claims[generator] = Claim()
-    return found
+    return _claims.setdefault(generator, Claim)
 
 
 def _timeout() -> float | None:

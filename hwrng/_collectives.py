@@ -113,7 +113,7 @@ def _device_for(group: Any, platform: Platform | None) -> torch.device:
     if any(name in backend for name in _CPU_BACKENDS):
         return torch.device("cpu")
     if platform is None:
-        from hwrng._seeding import platform_in_force
+        from hwrng._registry import platform_in_force
 
         platform = platform_in_force(None)
     return platform.device()

@@ -1,89 +1,26 @@
-"""Counter views: a generator seen as a ``(seed, offset)`` pair.
+"""The counter view of generators with a native ``(seed, offset)`` counter.
 
-hwrng's sharded-random-op logic is written against one model of a generator:
-a seed, and an offset counted in the units of a counter-based (Philox)
-generator, in multiples of 4. What hwrng relies on is only this: the same
-``(seed, offset)`` gives the same draws, and different offsets give different
-draws. It never assumes that offsets are positions in one sequence (on Ascend
-NPUs each offset selects an independent stream).
-
-:class:`PhiloxCounter` serves generators with a native counter (CUDA, NPU,
-XPU, ...); :class:`hwrng.MersenneCounter` (in ``_host``) emulates the view for
-torch's Mersenne-Twister CPU generator.
+A counter view (:class:`hwrng.CounterView`, in ``_platform`` beside the
+:class:`~hwrng.Platform` that hands it out) sees a generator as a seed and an
+offset counted in the units of a counter-based (Philox) generator, in
+multiples of 4. :class:`PhiloxCounter` serves generators with a native counter
+(CUDA, NPU, XPU, ...); :class:`hwrng.MersenneCounter` (in ``_host``) emulates
+the view for torch's Mersenne-Twister CPU generator.
 """
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from hwrng._exceptions import InvalidStateError, NestingError
+from hwrng._platform import CounterView, Platform
 
-if TYPE_CHECKING:
-    from hwrng._platform import Platform
-
-__all__ = ["U64", "CounterView", "PhiloxCounter"]
+__all__ = ["U64", "PhiloxCounter"]
 
 U64 = (1 << 64) - 1
-
-
-class CounterView(abc.ABC):
-    """How a platform reads and positions a generator as ``(seed, offset)``.
-
-    Implementations receive values already checked by the :class:`~hwrng.Platform`
-    that calls them: a generator of the platform's device type, a seed in
-    ``[0, 2**64)`` and an offset that is a multiple of 4 in ``[0, 2**63)``.
-    """
-
-    @classmethod
-    def for_platform(cls, platform: Platform) -> CounterView:
-        """Make the view a platform uses (see :attr:`hwrng.DeviceModulePlatform.counter_type`).
-
-        The base calls the class without arguments; a view that needs to know
-        something of its platform overrides this.
-        """
-        del platform  # this view needs nothing of it
-        return cls()
-
-    @abc.abstractmethod
-    def read(self, generator: torch.Generator) -> tuple[int, int]:
-        """Return the ``(seed, offset)`` the generator will draw from next.
-
-        An emulated view may move the generator to the position it reports
-        (see :class:`~hwrng.MersenneCounter`), so that the pair determines the
-        next draws.
-        """
-
-    def peek(self, generator: torch.Generator) -> tuple[int, int]:
-        """Return what :meth:`read` would, without changing the generator in any way.
-
-        For native counters the two are the same; hwrng's own checks use this
-        one, so that a call refused after reading has changed nothing.
-        """
-        seed, offset, _ = self.locate(generator)
-        return seed, offset
-
-    def locate(self, generator: torch.Generator) -> tuple[int, int, bool]:
-        """:meth:`peek`, and whether the generator already sits exactly at that position.
-
-        ``False`` only for an emulated view whose generator has drawn since it
-        was positioned: :meth:`read` would move it there.
-        """
-        seed, offset = self.read(generator)
-        return seed, offset, True
-
-    @abc.abstractmethod
-    def write(self, generator: torch.Generator, seed: int, offset: int) -> None:
-        """Position the generator at ``(seed, offset)``.
-
-        Afterwards :meth:`read` returns ``(seed, offset)`` and the next draws are
-        fully determined by the pair. ``write(g, s, 0)`` must seed exactly as the
-        platform's ``manual_seed(s)`` does.
-        """
 
 
 class PhiloxCounter(CounterView):

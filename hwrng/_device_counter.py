@@ -23,18 +23,15 @@ must provide (a :class:`~hwrng.CounterView` of its own).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 
-from hwrng._counters import CounterView, PhiloxCounter
+from hwrng._counters import PhiloxCounter
 from hwrng._exceptions import InvalidStateError
+from hwrng._generator_table import GeneratorTable
 from hwrng._host import MT_STATE_BYTES, MersenneCounter
-
-if TYPE_CHECKING:
-    from hwrng._platform import Platform
+from hwrng._platform import CounterView, Platform
 
 __all__ = ["DeviceCounter"]
 
@@ -57,10 +54,8 @@ class DeviceCounter(CounterView):
     def __init__(self, capturing: Callable[[], bool] | None = None) -> None:
         self.philox = PhiloxCounter(capturing)
         self.emulated = MersenneCounter()
-        # a generator's kind never changes: remember it (weakly: generators are not kept alive)
-        self._chosen: weakref.WeakKeyDictionary[torch.Generator, CounterView] = (
-            weakref.WeakKeyDictionary()
-        )
+        # a generator's kind never changes: remember it, for as long as the generator lives
+        self._chosen: GeneratorTable[CounterView] = GeneratorTable()
 
     def view(self, generator: torch.Generator) -> CounterView:
         """The view that serves ``generator`` (see the module notes); or raise."""
@@ -78,7 +73,7 @@ class DeviceCounter(CounterView):
                 f"offset) Philox layout nor torch's {MT_STATE_BYTES}-byte Mersenne-Twister "
                 "state: its platform must provide its own hwrng.CounterView"
             )
-        self._chosen[generator] = chosen
+        self._chosen.set(generator, chosen)
         return chosen
 
     def read(self, generator: torch.Generator) -> tuple[int, int]:

@@ -14,10 +14,9 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-from hwrng._counters import CounterView
 from hwrng._device_counter import DeviceCounter
 from hwrng._exceptions import BackendUnavailableError
-from hwrng._platform import DeviceLike, Platform
+from hwrng._platform import CounterView, DeviceLike, Platform
 
 __all__ = ["DeviceModule", "DeviceModulePlatform"]
 

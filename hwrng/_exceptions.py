@@ -14,6 +14,7 @@ Python user would already catch, so ``except ValueError`` keeps working::
     ├── TrackerError           (ValueError)   a named-state name or seed clash
     │   └── UnknownStateError  (KeyError)     a named state that is not tracked
     ├── NestingError           (RuntimeError) a context entered where it cannot be
+    ├── RecomputationError     (RuntimeError) a recomputation that would not redraw its forward
     ├── DistributedError       (RuntimeError) torch.distributed not set up as the call needs
     │   └── WorkerError                       ranks of a DistributedPool failed, died or hung
     ├── CheckpointError        (ValueError)   a saved RNG state that cannot be restored here
@@ -57,6 +58,7 @@ __all__ = [
     "InvalidValueError",
     "MeshError",
     "NestingError",
+    "RecomputationError",
     "TrackerError",
     "UnknownStateError",
     "VerificationError",
@@ -118,6 +120,16 @@ class UnknownStateError(TrackerError, KeyError):
 
 class NestingError(HwrngError, RuntimeError):
     """A context was entered where it cannot be: nested on one generator, or while forked."""
+
+
+class RecomputationError(HwrngError, RuntimeError):
+    """An activation-checkpoint recomputation cannot redraw what its forward drew.
+
+    Raised at the recomputation, before it draws anything: the recomputation
+    entered a random context its forward did not (or another one), or this
+    torch's activation checkpointing is not the one hwrng reads. The message
+    names the fix.
+    """
 
 
 class DistributedError(HwrngError, RuntimeError):

@@ -19,11 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from hwrng import _recompute as recompute
 from hwrng._claims import claim
 from hwrng._exceptions import InvalidDeviceError
 from hwrng._host import HOST_COUNTER, host_generator
 from hwrng._platform import DeviceLike, Platform
-from hwrng._seeding import current_seeding, platform_in_force, record_seeding, seeded_mesh
+from hwrng._registry import platform_in_force
+from hwrng._seeding import current_seeding, record_seeding, seeded_mesh
 from hwrng._validation import check_flag
 
 __all__ = ["fork_rng", "isolate_rng"]
@@ -49,6 +51,18 @@ def _forked_generators(platform: Platform, indices: list[int]) -> Iterator[None]
         host_state = host.get_state()
         host_reading = HOST_COUNTER.export(host)
         device_states = [(i, platform.get_rng_state(i)) for i, _ in devices]
+        where = recompute.site()
+        key = (platform.name, tuple(i for i, _ in devices))
+        if where is not None and where.replaying:
+            # start where the forward's fork started: torch rewinds only the generators of
+            # the checkpoint's own devices, and none with preserve_rng_state=False
+            forward_host, forward_reading, forward_devices = where.replay("fork_rng", key)
+            host.set_state(forward_host)
+            HOST_COUNTER.restore(host, forward_reading)
+            for index, state in forward_devices:
+                platform.set_rng_state(state, index)
+        elif where is not None:
+            where.record("fork_rng", key, (host_state, host_reading, device_states))
         try:
             yield
         finally:
@@ -74,7 +88,9 @@ def fork_rng(
     block replaces). Python's
     ``random`` and NumPy are not forked (:func:`isolate_rng` forks them too),
     nor are named states. States are copied as CPU tensors only, never through
-    device memory.
+    device memory. In the recomputation of an activation checkpoint, the block
+    starts from the states the forward's block started from (torch rewinds only
+    the checkpoint's own devices, and none with ``preserve_rng_state=False``).
 
     Parameters
     ----------
@@ -119,7 +135,9 @@ def isolate_rng(
     What :func:`fork_rng` forks (the seed plan included), plus Python's
     ``random`` and NumPy's legacy global generator, all restored on exit and
     on exception. Named states
-    (:class:`~hwrng.RNGStatesTracker`) are not touched.
+    (:class:`~hwrng.RNGStatesTracker`) are not touched. In the recomputation
+    of an activation checkpoint, ``random`` and NumPy start where the forward's
+    block found them (torch's checkpoint never rewinds them).
 
     Parameters
     ----------
@@ -136,9 +154,17 @@ def isolate_rng(
     indices = _device_indices(resolved, devices)
     python_state = random.getstate()
     numpy_state: Any = np.random.get_state()
-    with _forked_generators(resolved, indices):
-        try:
+    where = recompute.site()
+    if where is not None and where.replaying:
+        # torch's checkpoint never rewinds Python's random or NumPy: start where the forward did
+        forward_python, forward_numpy = where.replay("isolate_rng", resolved.name)
+        random.setstate(forward_python)
+        np.random.set_state(forward_numpy)
+    elif where is not None:
+        where.record("isolate_rng", resolved.name, (python_state, numpy_state))
+    try:
+        with _forked_generators(resolved, indices):
             yield
-        finally:
-            random.setstate(python_state)
-            np.random.set_state(numpy_state)
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)

@@ -31,20 +31,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
-from hwrng._counters import U64, CounterView
+from hwrng._counters import U64
 from hwrng._exceptions import InvalidStateError
+from hwrng._generator_table import GeneratorTable
+from hwrng._platform import CounterView
 from hwrng._validation import MAX_OFFSET
-
-if TYPE_CHECKING:
-    from hwrng._platform import Platform
 
 __all__ = [
     "HOST_COUNTER",
@@ -54,7 +53,6 @@ __all__ = [
     "mersenne_offset",
     "mersenne_state",
     "seed_host",
-    "uses_host_generator",
 ]
 
 # torch's CPU generator state (aten CPUGeneratorImplState, 5056 bytes, little endian):
@@ -163,12 +161,23 @@ def _digest(raw: bytes) -> bytes:
     return hashlib.blake2b(raw, digest_size=16, person=b"hwrng-drift").digest()
 
 
+@dataclass
+class _Record:
+    """What a :class:`MersenneCounter` remembers of one generator."""
+
+    #: The last ``(seed, offset, state bytes)`` it wrote, while the state is still that.
+    written: tuple[int, int, bytes] | None = None
+    #: The last offset it wrote for each seed, the most recent last (bounded).
+    anchors: OrderedDict[int, int] = field(default_factory=OrderedDict)
+
+
 class MersenneCounter(CounterView):
     """Emulated counter view for generators with torch's Mersenne-Twister state.
 
     See the module notes for how positions are read. One instance serves any
     number of generators; it remembers, per generator, the last position it
-    wrote for each seed (a weak reference: generators are not kept alive) and
+    wrote for each seed (in a :class:`~hwrng._generator_table.GeneratorTable`,
+    which lets a generator go once nothing else holds it, on every torch) and
     a bounded memo of the positions it gave to states that have drawn.
     """
 
@@ -176,12 +185,7 @@ class MersenneCounter(CounterView):
     ANCHORS_PER_GENERATOR = 64
 
     def __init__(self) -> None:
-        self._written: weakref.WeakKeyDictionary[torch.Generator, tuple[int, int, bytes]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._anchors: weakref.WeakKeyDictionary[torch.Generator, OrderedDict[int, int]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._records: GeneratorTable[_Record] = GeneratorTable()
         self._memo: OrderedDict[bytes, int] = OrderedDict()
 
     # -- reading --------------------------------------------------------------------
@@ -198,7 +202,8 @@ class MersenneCounter(CounterView):
     def locate(self, generator: torch.Generator) -> tuple[int, int, bool]:
         """Return ``(seed, offset, settled)``: ``settled`` is False where reading must move it."""
         raw = self._raw(generator)
-        written = self._written.get(generator)
+        record = self._records.get(generator)
+        written = None if record is None else record.written
         if written is not None and written[2] == raw:
             return written[0], written[1], True
         seed = generator.initial_seed() & U64
@@ -231,25 +236,36 @@ class MersenneCounter(CounterView):
         """Put the generator in the state assigned to ``(seed, offset)``."""
         raw = _raw_state(seed, offset)
         generator.set_state(_tensor(raw))
-        self._written[generator] = (seed, offset, raw)
-        anchors = self._anchors.get(generator)
-        if anchors is None:
-            anchors = self._anchors[generator] = OrderedDict()
+        record = self._records.setdefault(generator, _Record)
+        record.written = (seed, offset, raw)
+        anchors = record.anchors
         anchors[seed] = offset
         anchors.move_to_end(seed)
         while len(anchors) > self.ANCHORS_PER_GENERATOR:
             anchors.popitem(last=False)
 
+    def rewrite(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Put the generator at ``(seed, offset)`` without making it the anchor of ``seed``.
+
+        A recomputation repeats positions its forward already wrote: anchoring
+        them again would move the anchor back, and a later read of a drawn
+        state would give a position used before.
+        """
+        raw = _raw_state(seed, offset)
+        generator.set_state(_tensor(raw))
+        self._records.setdefault(generator, _Record).written = (seed, offset, raw)
+
     def anchor(self, generator: torch.Generator, seed: int) -> int:
         """The last offset this view wrote to ``generator`` with ``seed`` (0 if none)."""
-        anchors = self._anchors.get(generator)
-        return 0 if anchors is None else anchors.get(seed, 0)
+        record = self._records.get(generator)
+        return 0 if record is None else record.anchors.get(seed, 0)
 
     # -- checkpoints ----------------------------------------------------------------
 
     def export(self, generator: torch.Generator) -> dict[str, Any]:
         """What, beside its state, makes ``generator`` read as it does: for a checkpoint."""
-        anchors = self._anchors.get(generator, OrderedDict())
+        record = self._records.get(generator)
+        anchors = OrderedDict() if record is None else record.anchors
         raw = self._raw(generator)
         return {
             "anchors": [[seed, offset] for seed, offset in anchors.items()],
@@ -261,8 +277,7 @@ class MersenneCounter(CounterView):
         anchors: OrderedDict[int, int] = OrderedDict(
             (int(seed), int(offset)) for seed, offset in exported["anchors"]
         )
-        self._anchors[generator] = anchors
-        self._written.pop(generator, None)
+        self._records.set(generator, _Record(anchors=anchors))
         if exported["memo"] is not None:
             self._memo[_digest(self._raw(generator))] = int(exported["memo"])
 
@@ -289,19 +304,3 @@ def host_generator() -> torch.Generator:
 def seed_host(seed: int) -> None:
     """Seed the host generator with all 64 bits of a checked ``seed`` (position 0)."""
     HOST_COUNTER.write(torch.default_generator, seed, 0)
-
-
-def uses_host_generator(platform: Platform) -> bool:
-    """Whether ``platform``'s devices draw from the host generator (``torch.default_generator``).
-
-    The CPU backend's one device does; an accelerator's devices, and a software
-    device with generators of its own, do not. Seeding, forks, checkpoints and
-    verification ask this so that they seed, save and compare the host
-    generator once, not a second time as a device. It is read from the
-    platform's :attr:`~hwrng.Platform.device_type` and :meth:`~hwrng.Platform.generator`
-    (the latter only for a platform whose devices are of the host's type, so an
-    accelerator is never initialised to answer); :attr:`hwrng.Platform.uses_host_generator`
-    is the same answer.
-    """
-    host = torch.default_generator
-    return platform.device_type == host.device.type and platform.generator() is host

@@ -29,7 +29,6 @@ from typing import Any, ClassVar, TypeAlias, final
 import torch
 import torch.distributed as dist
 
-from hwrng._counters import CounterView
 from hwrng._exceptions import (
     BackendUnavailableError,
     DistributedError,
@@ -37,7 +36,6 @@ from hwrng._exceptions import (
     InvalidDeviceError,
     InvalidValueError,
 )
-from hwrng._host import uses_host_generator
 from hwrng._state_digest import default_state_digest
 from hwrng._validation import (
     apply_state,
@@ -49,6 +47,7 @@ from hwrng._validation import (
 
 __all__ = [
     "HOST_COLLECTIVE_BACKEND",
+    "CounterView",
     "DeviceLike",
     "Platform",
     "collective_backend",
@@ -102,6 +101,82 @@ def parse_device(device: str | torch.device) -> tuple[str, int | None]:
     if not text.strip().isdigit():
         raise InvalidDeviceError(f"{device!r} does not end in a device index")
     return name, int(text)
+
+
+class CounterView(abc.ABC):
+    """How a platform reads and positions a generator as ``(seed, offset)``.
+
+    hwrng's sharded-random-op logic is written against one model of a
+    generator: a seed, and an offset counted in the units of a counter-based
+    (Philox) generator, in multiples of 4. What hwrng relies on is only this:
+    the same ``(seed, offset)`` gives the same draws, and different offsets
+    give different draws. It never assumes that offsets are positions in one
+    sequence (on Ascend NPUs each offset selects an independent stream).
+    :class:`~hwrng.PhiloxCounter` serves native counters and
+    :class:`~hwrng.MersenneCounter` emulates one; it lives here, beside the
+    :class:`Platform` that hands it out, because each names the other.
+
+    Implementations receive values already checked by the :class:`~hwrng.Platform`
+    that calls them: a generator of the platform's device type, a seed in
+    ``[0, 2**64)`` and an offset that is a multiple of 4 in ``[0, 2**63)``.
+    """
+
+    @classmethod
+    def for_platform(cls, platform: Platform) -> CounterView:
+        """Make the view a platform uses (see :attr:`hwrng.DeviceModulePlatform.counter_type`).
+
+        The base calls the class without arguments; a view that needs to know
+        something of its platform overrides this.
+        """
+        del platform  # this view needs nothing of it
+        return cls()
+
+    @abc.abstractmethod
+    def read(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return the ``(seed, offset)`` the generator will draw from next.
+
+        An emulated view may move the generator to the position it reports
+        (see :class:`~hwrng.MersenneCounter`), so that the pair determines the
+        next draws.
+        """
+
+    def peek(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return what :meth:`read` would, without changing the generator in any way.
+
+        For native counters the two are the same; hwrng's own checks use this
+        one, so that a call refused after reading has changed nothing.
+        """
+        seed, offset, _ = self.locate(generator)
+        return seed, offset
+
+    def locate(self, generator: torch.Generator) -> tuple[int, int, bool]:
+        """:meth:`peek`, and whether the generator already sits exactly at that position.
+
+        ``False`` only for an emulated view whose generator has drawn since it
+        was positioned: :meth:`read` would move it there.
+        """
+        seed, offset = self.read(generator)
+        return seed, offset, True
+
+    @abc.abstractmethod
+    def write(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Position the generator at ``(seed, offset)``.
+
+        Afterwards :meth:`read` returns ``(seed, offset)`` and the next draws are
+        fully determined by the pair. ``write(g, s, 0)`` must seed exactly as the
+        platform's ``manual_seed(s)`` does.
+        """
+
+    def rewrite(self, generator: torch.Generator, seed: int, offset: int) -> None:
+        """Put the generator back at ``(seed, offset)``, a position it held before.
+
+        A recomputation of an activation checkpoint repeats its forward's
+        positions; this positions the generator as :meth:`write` does without
+        counting the position as progress, where a view keeps a record of
+        progress (an emulated view's history). Natively counted generators
+        have none: the base calls :meth:`write`.
+        """
+        self.write(generator, seed, offset)
 
 
 class Platform(abc.ABC):
@@ -333,11 +408,14 @@ class Platform(abc.ABC):
         CPU backend's one device; ``False`` for an accelerator and for a
         software device with generators of its own. hwrng then seeds, forks,
         saves and compares the host generator once, not again as a device.
-        Derived from :attr:`device_type` and :meth:`generator`; the conformance
-        suite checks that a platform's devices all draw from the host
-        generator or none does.
+        Derived from :attr:`device_type` and :meth:`generator` (the latter
+        only for a platform whose devices are of the host's type, so an
+        accelerator is never initialised to answer); the conformance suite
+        checks that a platform's devices all draw from the host generator or
+        none does.
         """
-        return uses_host_generator(self)
+        host = torch.default_generator
+        return self.device_type == host.device.type and self.generator() is host
 
     # -- RNG state ------------------------------------------------------------------
 

@@ -66,9 +66,10 @@ __all__ = [
     "Registry",
     "default_registry",
     "get_platform",
+    "hold_planned_platform",
     "list_platforms",
+    "platform_in_force",
     "register_plugin",
-    "resolve_platform",
     "unregister_plugin",
 ]
 
@@ -725,13 +726,39 @@ def unregister_plugin(plugin: object | str) -> None:
     default_registry().unregister_plugin(plugin)
 
 
-def resolve_platform(platform: Platform | str | torch.device | None) -> Platform:
-    """Return ``platform`` itself, or the registry's answer for a name or ``None``.
+#: The platform the seed plan in force was made for (``None``: no plan is in force). Written by
+#: ``hwrng._seeding.record_seeding`` alone, whenever the plan in force changes.
+_planned: str | None = None
 
-    The registry's rule alone: entry points that take ``platform=`` resolve it
-    with ``hwrng._seeding.platform_in_force``, which puts the seed plan's
-    platform before the registry's choice.
+
+def hold_planned_platform(name: str | None) -> None:
+    """Record the platform of the seed plan now in force (``None``: no plan is in force)."""
+    global _planned
+    _planned = name
+
+
+def platform_in_force(platform: Platform | str | torch.device | None = None) -> Platform:
+    """The platform an entry point's ``platform=`` argument means.
+
+    The argument itself when given (a :class:`~hwrng.Platform`, or a name or
+    device the registry answers for); with ``None``, the platform of the seed
+    plan in force (:func:`hwrng.current_seeding`), so that after
+    ``hwrng.manual_seed(1, platform="cpu")`` every later call without
+    ``platform=`` acts on the CPU too, even where torch reports an accelerator;
+    with no plan in force, the registry's choice (``HWRNG_BACKEND``, then
+    auto-selection: :func:`hwrng.get_platform`).
+
+    Every hwrng entry point that takes ``platform=`` resolves it here, once per
+    call, and passes the :class:`~hwrng.Platform` it got down, so that one call
+    never reads two platforms.
+
+    Raises
+    ------
+    BackendError
+        As :func:`hwrng.get_platform`, for the platform chosen.
     """
     if isinstance(platform, Platform):
         return platform
+    if platform is None and _planned is not None:
+        return get_platform(_planned)
     return get_platform(platform)

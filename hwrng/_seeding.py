@@ -5,9 +5,10 @@
 seeding can never hang or seed the wrong group), writes every stream once,
 and records the plan as the one in force (:func:`current_seeding`).
 
-:func:`platform_in_force` is the one rule for what ``platform=None`` means
-at every entry point: the plan's platform while a plan is in force, else the
-registry's choice.
+Recording a plan tells the registry its platform
+(:func:`hwrng._registry.platform_in_force`, the one rule for what
+``platform=None`` means at every entry point: the plan's platform while a plan
+is in force, else the registry's choice).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from hwrng._exceptions import MeshError
 from hwrng._host import seed_host
 from hwrng._plan import Seeding, plan_for_groups, plan_for_mesh
 from hwrng._platform import Platform
-from hwrng._registry import resolve_platform
+from hwrng._registry import hold_planned_platform, platform_in_force
 from hwrng._validation import check_dim_names, check_flag, check_seed
 
 if TYPE_CHECKING:
@@ -37,7 +38,6 @@ __all__ = [
     "apply_seeding",
     "current_seeding",
     "manual_seed",
-    "platform_in_force",
     "record_seeding",
     "seed_everything",
     "seed_streams",
@@ -68,35 +68,6 @@ def current_seeding() -> Seeding | None:
     return _in_force
 
 
-def platform_in_force(platform: Platform | str | torch.device | None = None) -> Platform:
-    """The platform an entry point's ``platform=`` argument means.
-
-    The argument itself when given (a :class:`~hwrng.Platform`, or a name or
-    device the registry answers for); with ``None``, the platform of the seed
-    plan in force (:func:`current_seeding`), so that after
-    ``hwrng.manual_seed(1, platform="cpu")`` every later call without
-    ``platform=`` acts on the CPU too, even where torch reports an accelerator;
-    with no plan in force, the registry's choice (``HWRNG_BACKEND``, then
-    auto-selection: :func:`hwrng.get_platform`).
-
-    Every hwrng entry point that takes ``platform=`` resolves it here, once per
-    call, and passes the :class:`~hwrng.Platform` it got down, so that one call
-    never reads two platforms.
-
-    Raises
-    ------
-    BackendError
-        As :func:`hwrng.get_platform`, for the platform chosen.
-    """
-    if isinstance(platform, Platform):
-        return platform
-    if platform is None:
-        plan = _in_force
-        if plan is not None:
-            return resolve_platform(plan.platform)
-    return resolve_platform(platform)
-
-
 def seeded_mesh() -> DeviceMesh | None:
     """The DeviceMesh the plan in force was made on, while this process holds it.
 
@@ -121,6 +92,7 @@ def record_seeding(seeding: Seeding | None, mesh: DeviceMesh | None = None) -> N
     with _lock:
         _in_force = seeding
         _mesh = None if mesh is None else weakref.ref(mesh)
+        hold_planned_platform(None if seeding is None else seeding.platform)
 
 
 def _seed_numpy_legacy(seed: int) -> None:
@@ -226,7 +198,7 @@ def manual_seed(
         first varying slowest (the RFC's ``sharded_groups``).
     platform
         Whose devices to seed: a :class:`~hwrng.Platform`, a name, or ``None``
-        for the platform in force (:func:`platform_in_force`: the plan's, else
+        for the platform in force (the plan's, else
         :func:`hwrng.get_platform`'s choice).
     deterministic
         Also call ``torch.use_deterministic_algorithms(True)`` and the

@@ -34,6 +34,7 @@ numbers as torch there.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -181,7 +182,7 @@ class ShardSpec:
                 continue
             dim, split_factor = layout
             if split_factor > 1:
-                sizes[dim] = placement.local_shard_size_and_offset(sizes[dim], m, c)[0]
+                sizes[dim] = _strided_shard_size(placement, sizes[dim], m, c)
             else:
                 sizes[dim] = chunk_size(sizes[dim], m, c)
         return tuple(sizes)
@@ -283,3 +284,16 @@ def shard_offsets(spec: ShardSpec) -> tuple[int, int]:
         found = (spec.shard_index * stride, spec.num_shards * stride)
         object.__setattr__(spec, "_offsets", found)
     return found
+
+
+def _strided_shard_size(placement: Any, size: int, chunks: int, coordinate: int) -> int:
+    """The local size a ``_StridedShard`` gives ``coordinate``, as DTensor computes it.
+
+    torch 2.10 declares ``_StridedShard.local_shard_size_and_offset`` a static method
+    that takes the placement explicitly; from 2.11 it is an ordinary method. Which one
+    this torch has is read from the class, not from its version.
+    """
+    method = inspect.getattr_static(type(placement), "local_shard_size_and_offset")
+    if isinstance(method, staticmethod):
+        return int(placement.local_shard_size_and_offset(placement, size, chunks, coordinate)[0])
+    return int(placement.local_shard_size_and_offset(size, chunks, coordinate)[0])

@@ -17,10 +17,11 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
+from hwrng import _recompute as recompute
 from hwrng._claims import claim
 from hwrng._exceptions import NestingError, TrackerError, UnknownStateError
 from hwrng._platform import DeviceLike, Platform
-from hwrng._seeding import platform_in_force
+from hwrng._registry import platform_in_force
 from hwrng._validation import apply_state, check_seed, check_state_tensor
 
 __all__ = [
@@ -45,7 +46,15 @@ GRAPH_STATES_PER_CAPTURE_TORCH = (2, 14)
 
 
 def graph_states_registered_per_capture() -> bool:
-    """``True`` on a torch (>= 2.14) whose CUDA graph captures register generator states."""
+    """``True`` on a torch (>= 2.14) whose CUDA graph captures register generator states.
+
+    The one private behaviour hwrng judges by torch's release: pytorch/pytorch#176753
+    changed C++ alone, and its only sign visible from Python is the deprecation warning
+    ``register_generator_state`` prints through torch's C++ handler on every call (which
+    Python's filters cannot silence) -- the call this gate exists to avoid. Where
+    registration is needed, :meth:`RNGStatesTracker.register_graph_states` still checks
+    that the graph has the method.
+    """
     release = torch.__version__.split("+")[0].split(".")
     try:
         found = (int(release[0]), int(release[1]))
@@ -170,12 +179,21 @@ class RNGStatesTracker:
         raises, and ``name`` keeps its advanced state for the next fork. Forks
         on one device are serialised across threads.
 
+        Under activation checkpointing (``torch.utils.checkpoint`` in every
+        flavour) a fork in the checkpointed forward records the state it starts
+        from, and the same fork in the recomputation starts there again and
+        leaves ``name`` as the forward left it: the recomputation redraws the
+        forward's numbers and advances nothing twice (see "Activation
+        checkpointing" in the concepts page).
+
         Raises
         ------
         UnknownStateError
             If ``name`` was never added.
         NestingError
             If ``name`` is already forked (forks of one name do not nest).
+        RecomputationError
+            In a recomputation whose forward did not fork ``name`` at this point.
         """
         if name not in self._states:
             known = ", ".join(repr(n) for n in self._states) or "none"
@@ -191,6 +209,24 @@ class RNGStatesTracker:
                 raise NestingError(
                     f"RNG state {name!r} is already forked; forks of one name do not nest"
                 )
+            where = recompute.site()
+            if where is not None and where.replaying:
+                with recompute.quietly():
+                    start = where.replay("named state", (self.name, name))
+                    replayed = platform.state_from_tensor(generator, start)
+                token = platform.swap_in(generator, replayed)
+                self._forked.add(name)
+                try:
+                    yield
+                finally:  # the named state keeps where its forward left it
+                    self._forked.discard(name)
+                    platform.swap_out(generator, token)
+                return
+            if where is not None:
+                with recompute.quietly():
+                    where.record(
+                        "named state", (self.name, name), platform.state_tensor(self._states[name])
+                    )
             token = platform.swap_in(generator, self._states[name])
             self._forked.add(name)
             try:

@@ -13,10 +13,11 @@ from contextlib import AbstractContextManager
 
 import torch
 
+from hwrng import _recompute as recompute
 from hwrng._claims import Claim, claim_for
 from hwrng._exceptions import InvalidArgumentError, InvalidOffsetError, NestingError
 from hwrng._platform import DeviceLike, Platform
-from hwrng._seeding import platform_in_force
+from hwrng._registry import platform_in_force
 from hwrng._sharding import ShardSpec, shard_offsets
 from hwrng._validation import MAX_OFFSET, check_flag, check_seed
 
@@ -70,7 +71,11 @@ class OffsetTracker:
         On entry the generator moves from ``(seed, offset)`` to ``(seed, offset
         + start_increment)``; on exit -- also when the body raises: the op's
         range counts as used -- to ``(seed, offset + end_increment)`` (see
-        :func:`hwrng.shard_offsets`). A refused region changes nothing.
+        :func:`hwrng.shard_offsets`). A refused region changes nothing. In the
+        recomputation of an activation checkpoint the region draws where its
+        forward drew, and leaves the generator where the forward's did if torch
+        rewound it to the forward's state, else as it found it (a user's
+        generator, which torch never rewinds).
 
         Parameters
         ----------
@@ -153,7 +158,15 @@ class OffsetTracker:
 
 
 class _Region:
-    """One tracked region: a plain context-manager object, since it runs for every op."""
+    """One tracked region: a plain context-manager object, since it runs for every op.
+
+    In a recomputation of an activation checkpoint (see ``hwrng._recompute``)
+    the region starts where its forward's did, read from the checkpoint's
+    journal, and leaves the tracked generator as the forward did where torch
+    rewound it to the forward's state (the default generator), else as it
+    found it (a user's generator, which torch never rewinds): a backward pass
+    leaves every generator where an uninterrupted run would.
+    """
 
     __slots__ = (
         "_choose",
@@ -162,6 +175,8 @@ class _Region:
         "_end",
         "_generator",
         "_offsets",
+        "_replaying",
+        "_resume",
         "_saved",
         "_seed",
         "_tracked",
@@ -201,15 +216,33 @@ class _Region:
                     "regions on one generator do not nest (the inner op would draw inside "
                     "the outer op's shard ranges)"
                 )
-            seed, offset, settled = counter.locate(tracked)
-            if offset + end > MAX_OFFSET:
-                raise InvalidOffsetError(
-                    f"the {tracked.device} generator is at offset {offset}; an op of "
-                    f"{end} more would pass 2**63"
-                )
+            where = recompute.site()
+            replaying = where is not None and where.replaying
+            resume: torch.Tensor | None = None  # a replay's generator to leave as it found it
+            if replaying:
+                assert where is not None
+                key = _journal_key(tracked, self._generator, start, end)
+                seed, offset, found = where.replay("region", key)
+                now = tracked.get_state()
+                with recompute.quietly():
+                    rewound = bool(torch.equal(now, found))
+                resume = None if rewound else now
+                settled = False
+            else:
+                seed, offset, settled = counter.locate(tracked)
+                if offset + end > MAX_OFFSET:
+                    raise InvalidOffsetError(
+                        f"the {tracked.device} generator is at offset {offset}; an op of "
+                        f"{end} more would pass 2**63"
+                    )
+                if where is not None:
+                    key = _journal_key(tracked, self._generator, start, end)
+                    where.record("region", key, (seed, offset, tracked.get_state()))
             self._saved = drawn.get_state() if drawn is not tracked else None
             draw_seed = seed if self._choose is None else self._choose(seed)
-            if not (settled and drawn is tracked and start == 0 and draw_seed == seed):
+            if replaying:
+                counter.rewrite(drawn, draw_seed, offset + start)
+            elif not (settled and drawn is tracked and start == 0 and draw_seed == seed):
                 platform.position(drawn, draw_seed, offset + start)  # else: already there
         except BaseException:
             _release(claims)
@@ -217,6 +250,7 @@ class _Region:
         for entry in claims:
             entry.regions += 1
         self._claims = claims
+        self._replaying, self._resume = replaying, resume
         self._drawn, self._tracked = drawn, tracked
         self._seed, self._end = seed, offset + end
         self.position = (draw_seed, offset + start)  # where the body draws from
@@ -226,11 +260,23 @@ class _Region:
         try:
             if self._saved is not None:
                 self._drawn.set_state(self._saved)
-            self._tracker.platform.position(self._tracked, self._seed, self._end)
+            if self._resume is not None:
+                self._tracked.set_state(self._resume)
+            elif self._replaying:
+                self._tracker.platform.counter.rewrite(self._tracked, self._seed, self._end)
+            else:
+                self._tracker.platform.position(self._tracked, self._seed, self._end)
         finally:
             for entry in self._claims:
                 entry.regions -= 1
             _release(self._claims)
+
+
+def _journal_key(
+    tracked: torch.Generator, generator: torch.Generator | None, start: int, end: int
+) -> tuple[str, bool, int, int]:
+    """What a recomputation's region must match: the generator it tracks and the op's range."""
+    return (str(tracked.device), generator is None, start, end)
 
 
 def _acquire(drawn: torch.Generator, tracked: torch.Generator) -> tuple[Claim, ...]:

@@ -31,7 +31,8 @@ from hwrng._formulas import Collision, Formula, collisions, linear_formula
 from hwrng._mesh import check_sizes, require_known
 from hwrng._plan import ANY_STATE, DEVICE_STREAMS, SeedDim, Seeding
 from hwrng._platform import Platform
-from hwrng._seeding import apply_seeding, manual_seed, platform_in_force
+from hwrng._registry import platform_in_force
+from hwrng._seeding import apply_seeding, manual_seed
 from hwrng._states import RNGStatesTracker
 from hwrng._validation import SEED_MODULUS, check_flag, check_index, check_seed
 

@@ -368,11 +368,15 @@ class SavePath:
 
     ``save(root)`` runs on every rank: it saves once (complete), draws, calls
     :func:`arm`, saves again to the same place, calls :func:`disarm`, draws
-    again, and returns ``{1: draws after save 1, 2: draws after save 2}``.
+    again, and returns ``{1: draws after save 1, 2: draws after save 2}`` (and
+    more saves, where a path makes more: two runs overlapping).
     ``resume(root)`` runs on every rank of a fresh job: it resumes as a user
     would and returns the draws that follow. ``present(root)``, in the test
-    process, says which save the trainer's checkpoint holds (1, 2, or
-    ``None`` when it holds none). ``lost_by_trainer``: the trainer itself
+    process, says which save the trainer's checkpoint holds (1, 2, ..., or
+    ``None`` when it holds none). ``prepare(root)``, where given, runs
+    in the test process between the cut save and the resume, and says where
+    the resume looks: a copy of the folder (``cp -rL``), which must be
+    ``root + "-copy"``, instead of ``root``. ``lost_by_trainer``: the trainer itself
     overwrites its checkpoint in place (a DCP directory saved over), so a
     refusal of a mix there is the trainer's loss, refused loudly.
     """
@@ -382,6 +386,7 @@ class SavePath:
     resume: Callable[[str], Any]
     present: Callable[[str], int | None]
     lost_by_trainer: bool = False
+    prepare: Callable[[str], str] | None = None
 
 
 _REMEDIES = ("on_mismatch='reseed'", "resume from", "new directory")
@@ -446,6 +451,12 @@ def fresh_root(base: str, name: str) -> str:
     return root
 
 
+def _resume(zygote: Zygote, path: SavePath, root: str, world: int, timeout: float) -> JobResult:
+    """A fresh job resumes from ``root`` (or from where ``path.prepare`` put a copy of it)."""
+    place = root if path.prepare is None else path.prepare(root)
+    return zygote.run(path.resume, (place,), world=world, point=Point(place), timeout=timeout)
+
+
 def run_matrix(
     zygote: Zygote,
     path: SavePath,
@@ -462,9 +473,9 @@ def run_matrix(
     reference_run = zygote.run(path.save, (root,), world=world, point=Point(root), timeout=timeout)
     values = reference_run.values()
     assert values is not None, reference_run.ranks
-    reference = {k: [v[k] for v in values] for k in (1, 2)}
+    reference = {k: [v[k] for v in values] for k in values[0]}
     events = [r[2] for r in reference_run.ranks]
-    resumed = zygote.run(path.resume, (root,), world=world, point=Point(root), timeout=timeout)
+    resumed = _resume(zygote, path, root, world, timeout)
     last = path.present(root)  # 2, or a later save the trainer made as it went on
     assert last is not None and last >= 2 and resumed.values() is not None, resumed.ranks
     assert last != 2 or resumed.values() == reference[2], resumed.ranks
@@ -479,12 +490,13 @@ def run_matrix(
         if saved.hang:
             outcomes[rank, index] = "HANG"
             continue
-        resumed = zygote.run(path.resume, (root,), world=world, point=Point(root), timeout=timeout)
+        resumed = _resume(zygote, path, root, world, timeout)
         outcomes[rank, index] = classify(path, present, resumed, reference)
         notes[rank, index] = f"present={present} " + "; ".join(
             f"{kind}: {message[-700:]}" for kind, message in resumed.errors()[:1]
         )
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root + "-copy", ignore_errors=True)
     return Matrix(
         path.name, world, events, outcomes, len(points), time.monotonic() - started, notes
     )

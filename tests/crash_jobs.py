@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from crash_harness import SavePath, arm, disarm
+from crash_harness import SavePath, arm, count_event, disarm
 
 import hwrng
 
@@ -190,3 +190,124 @@ DCP_SAME_DIR = SavePath(
 def by_hand_save_uncommitted(root: str) -> dict[int, Any]:
     """:func:`by_hand_save` as code written before ``RNGState.commit`` existed: no commit."""
     return by_hand_save(root, commit=False)
+
+
+# -- hwrng.save per rank: each rank's file saved over in place ---------------------------------
+
+
+def _own_file(root: str) -> str:
+    return os.path.join(root, f"rng-{dist.get_rank()}.pt")
+
+
+def per_rank_save(root: str) -> dict[int, Any]:
+    """``hwrng.save`` twice to each rank's ``rng-<r>.pt``; each keeps its first file aside."""
+    _seed()
+    torch.rand(3)
+
+    def keep_first(step: int) -> None:
+        if step == 1:
+            shutil.copyfile(_own_file(root), _own_file(root) + ".step-1")
+        dist.barrier()
+
+    return save_twice(lambda step: hwrng.save(_own_file(root)), keep_first)
+
+
+def per_rank_resume(root: str) -> Any:
+    """``hwrng.load`` of each rank's file."""
+    _seed()
+    hwrng.load(_own_file(root))
+    return draws()
+
+
+def per_rank_present(root: str) -> int | None:
+    """The save every rank's file holds (by its bytes); ``None`` where they differ."""
+    held = set()
+    for first in (n for n in os.listdir(root) if n.endswith(".step-1")):
+        path = os.path.join(root, first.removesuffix(".step-1"))
+        if not os.path.exists(path):
+            return None
+        with open(path, "rb") as now, open(os.path.join(root, first), "rb") as saved:
+            held.add(1 if now.read() == saved.read() else 2)
+    return held.pop() if len(held) == 1 else None
+
+
+PER_RANK = SavePath(
+    "`hwrng.save` per rank, each file saved over", per_rank_save, per_rank_resume, per_rank_present
+)
+
+
+# -- two runs on one path overlapping (a requeued job and the old one's last save) ------------
+
+
+def overlap_save(root: str) -> dict[int, Any]:
+    """Run A saves 1 to ``last.ckpt``; then A saves 2 while a run B saves 3 to the same path:
+    both sets written, B's file lands, then A's (which ``last.ckpt`` then names), B commits,
+    A commits. The two runs are two ``RNGState`` of each rank (a run is its own state)."""
+    _seed()
+    torch.rand(3)
+    directory, last = os.path.join(root, "last.ckpt.hwrng"), os.path.join(root, "last.ckpt")
+    old, new = hwrng.RNGState(directory=directory), hwrng.RNGState(directory=directory)
+    after: dict[int, Any] = {}
+
+    def take(state: hwrng.RNGState, step: int) -> dict[str, Any]:
+        saved = state.state_dict()
+        with hwrng.isolate_rng(platform="cpu"):
+            after[step] = draws()
+        draws()
+        return {"rng": saved, "step": step}
+
+    _rank0_writes_atomically(take(old, 1), last)
+    old.commit()
+    arm()
+    second, third = take(old, 2), take(new, 3)
+    _rank0_writes_atomically(third, last)
+    _rank0_writes_atomically(second, last)
+    new.commit()
+    old.commit()
+    disarm()
+    return after
+
+
+def overlap_resume(root: str) -> Any:
+    """Load ``last.ckpt`` on every rank."""
+    _seed()
+    loaded = torch.load(os.path.join(root, "last.ckpt"), weights_only=True)
+    hwrng.RNGState(directory=os.path.join(root, "last.ckpt.hwrng")).load_state_dict(loaded["rng"])
+    return draws()
+
+
+def overlap_present(root: str) -> int | None:
+    """The save ``last.ckpt`` holds."""
+    path = os.path.join(root, "last.ckpt")
+    return int(torch.load(path, weights_only=True)["step"]) if os.path.exists(path) else None
+
+
+OVERLAP = SavePath(
+    "two runs on one path, overlapping", overlap_save, overlap_resume, overlap_present
+)
+
+
+# -- DCP async_save, each save to a new directory --------------------------------------------
+
+
+def dcp_async_save(root: str) -> dict[int, Any]:
+    """``dcp.async_save`` to ``step-1`` then ``step-2``, each waited for; one more kill point
+    once the second's future has completed."""
+    _seed()
+    torch.rand(3)
+
+    def save(step: int) -> None:
+        folder = os.path.join(root, f"step-{step}")
+        response = dcp.async_save(_dcp_state(step), checkpoint_id=folder)
+        getattr(response, "upload_completion", response).result()  # a Future, or torch's response
+        count_event("the future completed", folder)
+
+    return save_twice(save)
+
+
+DCP_ASYNC = SavePath(
+    "DCP `async_save`, a new directory per save",
+    dcp_async_save,
+    dcp_new_dir_resume,
+    dcp_new_dir_present,
+)

@@ -65,6 +65,21 @@ def _as_replicated(tensor: Any) -> Any:
     )
 
 
+#: torch 2.10's DTensor refuses an in-place op that would change a Partial placement (its
+#: CPU dropout ends in ``div_``); later torches redistribute.
+PLACEMENT_CHANGE = "in-place operations that require placement changes are not supported"
+
+
+def _torch_refuses_too(op: str, mesh: Any, codes: list[str], shape: list[int]) -> bool:
+    """Whether torch's own op, without hwrng's adapter, refuses this layout the same way."""
+    hwrng.dtensor.uninstall()
+    try:
+        OPS[op](distribute_tensor(torch.zeros(shape), mesh, _placements(codes)))
+    except RuntimeError as error:
+        return PLACEMENT_CHANGE in str(error)
+    return False
+
+
 def full_after(mesh_shape: list[int], codes: list[str], shape: list[int], op: str) -> Any:
     """Run ``op`` on a DTensor of the given layout; every rank of the mesh returns full_tensor()."""
     mesh = _mesh(mesh_shape)
@@ -79,7 +94,12 @@ def full_after(mesh_shape: list[int], codes: list[str], shape: list[int], op: st
                 shape, device_mesh=mesh, placements=_placements(codes)
             )
         else:
-            tensor = OPS[op](distribute_tensor(torch.zeros(shape), mesh, _placements(codes)))
+            try:
+                tensor = OPS[op](distribute_tensor(torch.zeros(shape), mesh, _placements(codes)))
+            except RuntimeError as error:
+                if PLACEMENT_CHANGE not in str(error):
+                    raise
+                return {"refused": _torch_refuses_too(op, mesh, codes, shape)}
         offset = hwrng.get_platform("cpu").counter.peek(torch.default_generator)[1]
         full = _as_replicated(tensor).full_tensor()
     finally:

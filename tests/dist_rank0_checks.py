@@ -124,3 +124,29 @@ def damaged_rank_file(directory: str, damage: str, on_mismatch: str) -> tuple[st
         warnings.simplefilter("always")
         outcome = _outcome(lambda: state.load_state_dict(loaded), expected)
     return outcome, [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]
+
+
+def dead_set_of_a_larger_world(directory: str) -> list[list[str]]:
+    """A 4-rank save killed before rank 2 wrote its file left rank-0, rank-1 and rank-3.pt;
+    2 ranks save and commit three times: what each commit left of that set."""
+    from hwrng.checkpoint._files import seal
+
+    files = os.path.join(directory, "trainer.pt.hwrng")
+    dead = os.path.join(files, f"save-{0xDEAD:016x}")
+    if dist.get_rank() == 0:
+        os.makedirs(dead)
+        for name in ("rank-0.pt", "rank-1.pt", "rank-3.pt", "rank-3.pt.tmp"):
+            with open(os.path.join(dead, name), "wb") as file:
+                file.write(seal({"nonce": 0xDEAD}))
+    dist.barrier()
+    hwrng.manual_seed(61, _mesh(), sharded_dims=["tp"], platform="cpu")
+    state = hwrng.RNGState(directory=files)
+    left = []
+    for step in range(3):
+        saved = state.state_dict()
+        if dist.get_rank() == 0:
+            torch.save({"rng": saved, "step": step}, os.path.join(directory, "trainer.pt"))
+        state.commit()
+        dist.barrier()  # every rank's removals are done
+        left.append(sorted(os.listdir(dead)) if os.path.isdir(dead) else [])
+    return left

@@ -134,18 +134,18 @@ def resume(directory: str, mode: str, epochs_after: int) -> list[float]:
 
 
 def load_another_ranks_file(directory: str) -> str:
-    """Rank 2 loads rank 1's file: refused, and nothing changes."""
-    _setup()
+    """Every rank loads (a collective), rank 2 rank 1's file: every rank refuses, none changes."""
+    run = _setup()  # kept: its named state must be alive to be loaded into
     hwrng.dtensor.uninstall()
-    if dist.get_rank() != 2:
-        return ""
+    rank = dist.get_rank()
     before = hwrng.state_dict()
     try:
-        hwrng.load(os.path.join(directory, "rng-1.pt"))
+        hwrng.load(os.path.join(directory, f"rng-{1 if rank == 2 else rank}.pt"))
     except hwrng.CheckpointError as error:
         after = hwrng.state_dict()
         unchanged = before["digest"] == after["digest"]
         return f"{'unchanged' if unchanged else 'CHANGED'}: {error}"
+    del run
     return "loaded"
 
 
@@ -228,8 +228,26 @@ def planner_option(directory: str, option: str) -> str:
     elif option == "RNGSavePlanner, dedup_save_to_lowest_rank":
         planner = hwrng.RNGSavePlanner(dedup_save_to_lowest_rank=True)
         dcp.save(state, checkpoint_id=path, planner=planner)
-    elif option == "async_save":
-        dcp.async_save(state, checkpoint_id=path).result()
+    elif option.startswith("async_save"):
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+        kind = AsyncCheckpointerType.PROCESS if "process" in option else None
+        staging = (
+            DefaultStager(StagingOptions(False, False, True, False))
+            if "staging" in option
+            else None
+        )
+        response = dcp.async_save(
+            state,
+            checkpoint_id=path,
+            **({} if kind is None else {"async_checkpointer_type": kind}),
+            **({} if staging is None else {"async_stager": staging}),
+        )
+        # a Future, or (asynchronous staging) torch's AsyncSaveResponse of two futures
+        getattr(response, "upload_completion", response).result()
+        if staging is not None:
+            staging.close()
     elif option == "no entry, allow_partial_load":
         dcp.save({"model": model}, checkpoint_id=path)
     elif option == "layout 1, RNGLoadPlanner":  # what an earlier hwrng wrote: one key
@@ -402,3 +420,46 @@ def a_missing_model_key_under_the_planner(directory: str) -> str:
     except BaseException as error:  # DCP's CheckpointException is not an Exception
         return f"{type(error).__name__}: {'model.bias' in str(error)}"
     return "loaded"
+
+
+# -- hwrng.save / hwrng.load per rank: one save across ranks ---------------------------------
+
+
+def per_rank_files_of_two_saves(directory: str, on_mismatch: str) -> tuple[str, list[str]]:
+    """Every rank saves step 2, then step 3 over its file, but rank 1's step 3 never lands (its
+    step-2 file is put back: killed before its save); every rank loads: what happened here."""
+    import shutil
+    import warnings
+
+    mesh = _mesh((1, dist.get_world_size()))
+    hwrng.manual_seed(53, mesh, sharded_dims=["tp"], platform="cpu")
+    rank = dist.get_rank()
+    path = os.path.join(directory, f"rng-{rank}.pt")
+    hwrng.save(path)
+    shutil.copyfile(path, path + ".step-2")
+    _move_everything()
+    hwrng.save(path)
+    expected = _fingerprint()
+    if rank == 1:
+        os.replace(path + ".step-2", path)
+    dist.barrier()
+    _move_everything()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = _outcome(
+            lambda: hwrng.load(path, on_mismatch=on_mismatch, mesh=mesh),  # type: ignore[arg-type]
+            expected,
+        )
+    return outcome, [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]
+
+
+def per_rank_files_one_rank_cannot_write(directory: str) -> str:
+    """Rank 1's ``hwrng.save`` fails (its folder is missing): every rank raises, naming rank 1."""
+    hwrng.manual_seed(59, platform="cpu")
+    rank = dist.get_rank()
+    folder = directory if rank == 0 else os.path.join(directory, "missing")
+    try:
+        hwrng.save(os.path.join(folder, f"rng-{rank}.pt"))
+    except hwrng.CheckpointError as error:
+        return str(error)
+    return "saved"

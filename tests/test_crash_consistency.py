@@ -4,13 +4,15 @@ The kill matrix (``crash_harness``): on 2 gloo ranks, every file event of each
 rank during a second save to the same place is a point where that rank dies
 (``os._exit``); a fresh job then resumes as a user would. Every point must
 resume exactly what the trainer's checkpoint holds, or be refused loudly:
-0 SILENT, 0 LOST, 0 hangs. On 4 ranks a sample of the points runs (said in
-the table). The table of docs/checkpoint.md is asserted here. The trainers'
+0 SILENT, 0 LOST, 0 hangs. In CI, on 4 ranks and for the longer paths, a
+sample of the points runs (said in the table); ``HWRNG_FULL_MATRIX=1`` runs
+every point. The table of docs/checkpoint.md is asserted here. The trainers'
 paths are in tests/integrations/test_crash_trainers.py.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,10 @@ from crash_harness import Point as Cut
 from crash_harness import SavePath, Zygote, classify, run_matrix, zygote_for
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "checkpoint.md"
-SAMPLE_ON_4 = 8
+#: Every point of every path, where asked (as the table's full-run rows were made).
+FULL = os.environ.get("HWRNG_FULL_MATRIX") == "1"
+SAMPLE_ON_4 = None if FULL else 8
+SAMPLE = None if FULL else 8  # for a path of more points than its rows need on 2 ranks
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +47,22 @@ def _documented_rows() -> set[str]:
         (jobs.BY_HAND, 4, SAMPLE_ON_4),
         (jobs.DCP_NEW_DIR, 4, SAMPLE_ON_4),
         (jobs.DCP_SAME_DIR, 2, None),
+        (jobs.PER_RANK, 2, None),
+        (jobs.PER_RANK, 4, None if FULL else 4),
+        (jobs.OVERLAP, 2, SAMPLE),
+        (jobs.DCP_ASYNC, 2, None),
     ],
-    ids=["by hand, 2", "DCP new dirs, 2", "by hand, 4", "DCP new dirs, 4", "DCP saved over, 2"],
+    ids=[
+        "by hand, 2",
+        "DCP new dirs, 2",
+        "by hand, 4",
+        "DCP new dirs, 4",
+        "DCP saved over, 2",
+        "hwrng.save per rank, 2",
+        "hwrng.save per rank, 4",
+        "two runs overlapping, 2",
+        "DCP async_save, 2",
+    ],
 )
 def test_every_kill_point_resumes_exactly_or_is_refused_loudly(
     zygote: Zygote, tmp_path: Path, path: SavePath, world: int, sample: int | None
@@ -54,7 +73,9 @@ def test_every_kill_point_resumes_exactly_or_is_refused_loudly(
         matrix.outcomes,
         matrix.notes,
     )
-    if path is not jobs.DCP_SAME_DIR:  # DCP overwrites its own files: refused, never resumed
+    if path is jobs.PER_RANK:  # one file per rank, saved over: a mix is refused, never loaded
+        assert counts["EXACT"] + counts["LOUD"] == len(matrix.outcomes)
+    elif path is not jobs.DCP_SAME_DIR:  # DCP overwrites its own files: refused, never resumed
         assert counts["EXACT"] == len(matrix.outcomes)
     assert matrix.row() in _documented_rows(), matrix.row()
 

@@ -54,12 +54,55 @@ def test_a_different_hook_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         dtensor.install("cpu")
 
 
-def test_an_old_torch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hook_older_than_the_adapter_is_refused_naming_the_torch_it_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch 2.8's region took no user's generator: judged by what torch has, not its version."""
+    import torch
+
+    def _distribute_region(self: object, spec: object) -> None:
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(_random.OffsetBasedRNGTracker, "_distribute_region", _distribute_region)
+    monkeypatch.setattr(torch, "__version__", "2.15.0")  # a version string proves nothing
+    with pytest.raises(
+        hwrng.DTensorHookError, match=r"torch >= 2\.9 does \(pytorch/pytorch#159933"
+    ):
+        dtensor.install("cpu")
+    assert dtensor.installed_platform() is None
+
+
+def test_an_old_version_string_alone_refuses_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     monkeypatch.setattr(torch, "__version__", "2.3.1")
-    with pytest.raises(hwrng.DTensorHookError, match=r"needs torch >= 2\.9, found 2\.3\.1"):
+    dtensor.install("cpu")
+    assert dtensor.installed_platform() is hwrng.get_platform("cpu")
+
+
+def test_run_dtensor_rng_op_is_hooked_exactly_where_torch_has_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch 2.10-2.12 have no run_dtensor_rng_op: every DTensor random op runs in the region,
+    and the tracker's _compute_rng_offsets is not needed. From 2.13 torch routes accelerator
+    DTensor random ops through the operator, asking the tracker for _compute_rng_offsets: a
+    torch with the operator and without that method is refused, nothing changed."""
+    from torch._prims import rng_prims
+
+    if getattr(rng_prims, "run_dtensor_rng_op", None) is None:
+        # this torch (2.10-2.12): the method may be missing, as it is on 2.10 and 2.11
+        monkeypatch.delattr(_random.OffsetBasedRNGTracker, "_compute_rng_offsets", raising=False)
         dtensor.install("cpu")
+        assert dtensor.installed_platform() is hwrng.get_platform("cpu")
+        return
+    kernels = dict(rng_prims.run_dtensor_rng_op.py_kernels)
+    monkeypatch.delattr(_random.OffsetBasedRNGTracker, "_compute_rng_offsets")
+    with pytest.raises(
+        hwrng.DTensorHookError, match=r"has no _compute_rng_offsets, as torch >= 2\.13"
+    ):
+        dtensor.install("cpu")
+    assert dtensor.installed_platform() is None
+    assert rng_prims.run_dtensor_rng_op.py_kernels == kernels
 
 
 def test_uninstall_puts_back_every_hook() -> None:

@@ -1,8 +1,10 @@
 """The DTensor adapter's ``run_dtensor_rng_op`` kernel, on every accelerator's dispatch key.
 
-torch (2.14: CUDA; 2.15: the current accelerator) runs a DTensor random op on an
+torch (2.13 and 2.14: CUDA; 2.15: the current accelerator) runs a DTensor random op on an
 accelerator through its ``run_dtensor_rng_op`` operator, dispatched on the key of the
-tensor's device. A PrivateUse1 device registered in Python (the key Ascend's ``npu``
+tensor's device. torch 2.10 to 2.12 have no such operator: there every DTensor random op
+runs in the tracker's region, on every device, and the adapter hooks no kernel; the tests
+check that instead. A PrivateUse1 device registered in Python (the key Ascend's ``npu``
 uses) stands in for an accelerator on the CPU: its platform's ops must dispatch to
 hwrng's kernel, which consumes hwrng's seed choice. Each case runs in a fresh
 interpreter, since a PrivateUse1 backend is registered once per process.
@@ -14,20 +16,16 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
+from torch._prims import rng_prims
 
-from hwrng.dtensor._hooks import _cuda_rng_op
-
-pytestmark = pytest.mark.skipif(
-    _cuda_rng_op() is None,
-    reason="this torch has no run_dtensor_rng_op operator (torch < 2.10): DTensor random "
-    "ops run in the tracker's region on every device",
-)
+#: Whether this torch routes accelerator DTensor random ops through run_dtensor_rng_op.
+HAS_OPERATOR = hasattr(rng_prims, "run_dtensor_rng_op")
 
 SETUP = """
+import inspect
 import torch, hwrng
 from torch._C import DispatchKey
-from torch._prims.rng_prims import run_dtensor_rng_op
+from torch._prims import rng_prims
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 from hwrng.backends.cpu import CPUPlatform
 from torch.distributed.tensor import _random
@@ -51,6 +49,7 @@ platform = PrivateUse1Platform()
 """
 
 DISPATCH = """
+run_dtensor_rng_op = rng_prims.run_dtensor_rng_op
 assert platform.dispatch_key == "PrivateUse1", platform.dispatch_key
 hwrng.dtensor.install(platform)
 tracker = _random._rng_tracker
@@ -77,6 +76,8 @@ print("ok")
 """
 
 MISROUTED = """
+run_dtensor_rng_op = rng_prims.run_dtensor_rng_op
+
 class Misrouted(PrivateUse1Platform):
     @property
     def dispatch_key(self):
@@ -107,6 +108,30 @@ print("ok")
 """
 
 
+#: torch 2.10 to 2.12: no operator. DTensor's dispatcher runs every random op in the
+#: tracker's region; install hooks no kernel, so no dispatch key can be misrouted.
+NO_OPERATOR = """
+from torch.distributed.tensor import _dispatch
+from hwrng.dtensor._hooks import kernel_key
+
+assert not hasattr(rng_prims, "run_dtensor_rng_op")
+source = inspect.getsource(_dispatch)
+assert "run_dtensor_rng_op" not in source and "_distribute_region" in source
+
+class Misrouted(PrivateUse1Platform):
+    @property
+    def dispatch_key(self):
+        return "XPU"
+
+for candidate in (platform, Misrouted()):
+    assert kernel_key(candidate) is None
+    hwrng.dtensor.install(candidate)
+    assert hwrng.dtensor.installed_platform() is candidate
+    hwrng.dtensor.uninstall()
+print("ok")
+"""
+
+
 def _run(code: str) -> None:
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(SETUP) + code],
@@ -118,8 +143,9 @@ def _run(code: str) -> None:
 
 
 def test_a_privateuse1_platforms_ops_dispatch_to_hwrngs_kernel() -> None:
-    _run(DISPATCH)
+    _run(DISPATCH if HAS_OPERATOR else NO_OPERATOR)
 
 
 def test_a_platform_routed_to_another_key_is_refused() -> None:
-    _run(MISROUTED)
+    """Where torch has the operator; without it nothing is routed, and nothing refused."""
+    _run(MISROUTED if HAS_OPERATOR else NO_OPERATOR)

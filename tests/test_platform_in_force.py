@@ -87,6 +87,14 @@ def rng_state():
 
 
 attempt("RNGState", rng_state)
+
+
+def invariant_op():
+    spec = hwrng.ShardSpec((8,), (1,), (torch.distributed.tensor.Replicate(),), (0,))
+    return "filled" if hwrng.invariant.uniform_(torch.empty(8), spec).max() < 1 else "WRONG"
+
+
+attempt("invariant.uniform_", invariant_op)
 attempt("manual_seed again", lambda: (hwrng.manual_seed(2), hwrng.current_seeding().platform)[1])
 attempt("megatron_manual_seed", lambda: (hwrng.presets.megatron_manual_seed(3),
                                          hwrng.current_seeding().platform)[1])
@@ -137,6 +145,11 @@ def test_every_entry_point_follows_the_plans_platform(
 def test_state_dict_follows_it_too(results: dict[str, str]) -> None:
     assert results["state_dict"] == "saved"
     assert results["load_state_dict"] == "restored"
+
+
+def test_invariant_ops_follow_it_too(results: dict[str, str]) -> None:
+    """On main they asked the registry alone, which refuses the unserved accelerator."""
+    assert results["invariant.uniform_"] == "filled"
 
 
 def test_rng_state_saves_and_loads_on_the_plans_platform(results: dict[str, str]) -> None:

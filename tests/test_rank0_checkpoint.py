@@ -211,3 +211,12 @@ def test_a_damaged_rank_file_is_refused_on_every_rank_naming_it_or_re_derived(
     for outcome, warned in reseeded:
         assert outcome == "WRONG STREAMS", outcome  # re-derived: new streams, not the saved
         assert len(warned) == 1 and "rank 1" in warned[0] and why in warned[0], warned
+
+
+def test_a_commit_removes_every_file_of_a_dead_save_of_a_larger_world(
+    pair: DistributedPool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The issue's case: the cleanup stopped at the first missing rank file, keeping rank-3.pt
+    of a killed 4-rank save through every commit on 2 ranks."""
+    left = pair.run(checks.dead_set_of_a_larger_world, str(tmp_path_factory.mktemp("dead")))
+    assert left == [[[], [], []]] * 2, left

@@ -47,9 +47,12 @@ def test_a_checkpoint_of_rank_1_is_refused_on_rank_2(
     trained: tuple[Path, list[list[float]]], fresh: DistributedPool
 ) -> None:
     directory, _ = trained
-    message = fresh.run(checks.load_another_ranks_file, str(directory))[2]
-    assert message.startswith("unchanged: refusing to restore this RNG state")
-    assert "rank 1 (here 2)" in message
+    messages = fresh.run(checks.load_another_ranks_file, str(directory))
+    assert messages[2].startswith("unchanged: rank 2 refuses to load its RNG state: refusing")
+    assert "rank 1 (here 2)" in messages[2]
+    for rank in (0, 1, 3):  # hwrng.load is a collective: every rank refuses, none changes
+        assert messages[rank].startswith("unchanged: rank 2 refused to load its RNG state"), rank
+        assert "rank 1 (here 2)" in messages[rank]
 
 
 # -- the DCP entry: any loading process, every planner option, one verdict, other worlds --------
@@ -76,6 +79,8 @@ def test_dcp_resume_whatever_the_loading_process_did(
         ("dedup_save_to_lowest_rank", "restored"),
         ("allow_partial_load", "restored"),
         ("async_save", "restored"),
+        ("async_save, process", "restored"),
+        ("async_save, async staging", "restored"),
         ("flatten_state_dict=False", "refused unchanged: DCP did not fill"),
         ("no entry, allow_partial_load", "refused unchanged: DCP did not fill"),
         ("RNGLoadPlanner", "restored"),
@@ -162,3 +167,39 @@ def test_a_save_inside_a_fork_on_one_rank_is_refused_on_every_rank(
     messages = fresh.run(checks.save_with_one_rank_in_a_fork, str(tmp_path_factory.mktemp("f")))
     assert all(m.startswith("rank 1 cannot take its RNG state") for m in messages), messages
     assert all("inside fork_rng" in m for m in messages)
+
+
+# -- hwrng.save / hwrng.load per rank: one save across ranks ----------------------------------
+
+
+def test_per_rank_files_of_different_saves_are_refused_on_every_rank(
+    pair: DistributedPool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The issue's case: rank 1 killed before its save of step 3 over its file; the resume
+    mixed rank 0 at step 3 with rank 1 at step 2, silently."""
+    outcomes = pair.run(
+        checks.per_rank_files_of_two_saves, str(tmp_path_factory.mktemp("mixed")), "error"
+    )
+    for outcome, warned in outcomes:
+        assert outcome.startswith(
+            "refused unchanged: refusing to load the RNG state: the ranks' RNG files come from "
+            "different saves: ranks [0, 1]"
+        ), outcome
+        assert "rng-0.pt" in outcome and "rng-1.pt" in outcome, outcome
+        assert "on_mismatch='reseed'" in outcome and not warned
+    reseeded = pair.run(
+        checks.per_rank_files_of_two_saves, str(tmp_path_factory.mktemp("mixed")), "reseed"
+    )
+    for outcome, warned in reseeded:
+        assert outcome == "WRONG STREAMS", outcome  # re-derived: new streams, not a mix
+        assert len(warned) == 1 and "different saves" in warned[0], warned
+
+
+def test_when_one_rank_cannot_save_its_file_every_rank_raises(
+    pair: DistributedPool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outcomes = pair.run(
+        checks.per_rank_files_one_rank_cannot_write, str(tmp_path_factory.mktemp("write"))
+    )
+    assert outcomes[1].startswith("cannot save the RNG state to"), outcomes
+    assert outcomes[0].startswith("rank 1 could not write its RNG state, so no rank did"), outcomes

@@ -198,5 +198,6 @@ def test_the_shared_entry_holds_the_job_not_the_ranks(
 ) -> None:
     _, saved = entry
     job = opened(saved["job"])
-    assert set(job) == {"format", "world_size", "nonce", "plan", "position"}
+    assert set(job) == {"format", "world_size", "nonce", "plan", "position", "folder"}
+    assert job["folder"] is None  # DCP: no folder of per-rank files
     assert len(saved["job"]) < 4096

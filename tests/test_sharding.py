@@ -8,11 +8,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 from helpers import held_indices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.distributed.tensor import Partial, Replicate, Shard
-from torch.distributed.tensor._random import OffsetBasedRNGTracker
+from torch.distributed.tensor._random import OffsetBasedRNGTracker, _PhiloxState
 from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import _StridedShard
 
@@ -148,16 +149,37 @@ def torch_offsets(
     placements: tuple[Any, ...],
     coordinate: tuple[int, ...],
 ) -> tuple[int, int]:
+    """The ``(start, end)`` offsets torch's own tracker gives this shard.
+
+    torch >= 2.12 computes them in ``_compute_rng_offsets``; torch 2.10 and 2.11 compute the
+    same arithmetic inside the region's pre- and post-op steps, on a Philox state: read
+    from there, so every comparison runs against the installed torch's own code.
+    """
     mesh = SimpleNamespace(
         ndim=len(mesh_shape),
         shape=mesh_shape,
         size=lambda i: mesh_shape[i],
         _sym_get_coordinate=lambda i: coordinate[i],
+        get_coordinate=lambda: list(coordinate),
     )
     spec = SimpleNamespace(mesh=mesh, placements=placements, shape=shape, ndim=len(shape))
     tracker = OffsetBasedRNGTracker.__new__(OffsetBasedRNGTracker)
-    start, end = tracker._compute_rng_offsets(spec)
-    return int(start), int(end)
+    if hasattr(tracker, "_compute_rng_offsets"):
+        start, end = tracker._compute_rng_offsets(spec)
+        return int(start), int(end)
+    state = _PhiloxState(torch.zeros(16, dtype=torch.uint8))
+    tracker._set_pre_op_offset(state, spec)
+    start = int(state.offset)
+    tracker._set_post_op_offset(state, spec, 0)
+    return start, int(state.offset)
+
+
+def test_torch_offsets_reads_this_torchs_own_code() -> None:
+    """Which of torch's two homes of the arithmetic this torch has (2.10-2.11 or >= 2.12)."""
+    tracker = OffsetBasedRNGTracker.__new__(OffsetBasedRNGTracker)
+    has_method = hasattr(tracker, "_compute_rng_offsets")
+    assert has_method or hasattr(tracker, "_set_pre_op_offset")
+    assert torch_offsets((8,), (2,), (Shard(0),), (1,)) == (4, 8)
 
 
 @settings(max_examples=150, deadline=None)

@@ -77,3 +77,20 @@ def test_conformance_on_an_unavailable_backend_fails_clearly() -> None:
         "hwrng conformance: error: --backend cuda: hwrng backend 'cuda' is unavailable"
     )
     assert result.stderr.count("\n") == 1 and result.stdout == "", "one line, no empty table"
+
+
+def test_without_pytest_the_command_says_so_in_one_line() -> None:
+    code = (
+        "import sys; sys.modules['pytest'] = None  # as on a machine without pytest\n"
+        "from hwrng._cli import main\n"
+        "sys.exit(main(['conformance', '--backend', 'cpu']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "hwrng conformance: error: pytest is not installed, and the suite's rules run under it: "
+        'pip install "pytest>=8.0" (hwrng-conformance requires it; pip install --no-deps leaves '
+        "it out)"
+    ]

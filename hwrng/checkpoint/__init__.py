@@ -14,8 +14,12 @@ The family, every name of which is also importable from :mod:`hwrng`:
 One module per job: ``_capture`` takes a state, ``_checks`` checks one before
 anything changes, ``_restore`` gives it back, ``_reseed`` re-derives streams
 across a change of world, ``_files`` seals and writes files atomically,
-``_sets`` keeps each save's per-rank files apart, ``_job`` is the entry all
-ranks share, ``_dcp`` is :class:`RNGState`, ``_planners`` the DCP planners.
+``_per_rank`` is :func:`save`/:func:`load` (one file per rank, one save
+across ranks), ``_storage`` reaches a checkpoint's filesystem (a path, or an
+fsspec URL), ``_sets`` keeps each save's per-rank files apart, ``_named``
+finds which saves a trainer's file names, ``_commit`` decides which sets a
+commit removes, ``_job`` is the entry all ranks share, ``_dcp`` is
+:class:`RNGState`, ``_planners`` the DCP planners.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING
 from hwrng.checkpoint._capture import state_dict
 from hwrng.checkpoint._checks import OnMismatch
 from hwrng.checkpoint._dcp import RNGState
-from hwrng.checkpoint._files import load, save
+from hwrng.checkpoint._per_rank import load, save
 from hwrng.checkpoint._restore import load_state_dict
 
 if TYPE_CHECKING:

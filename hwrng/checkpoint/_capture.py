@@ -38,7 +38,8 @@ from hwrng._host import HOST_COUNTER, host_generator
 from hwrng._philox._contract import recorded as invariant_contract
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
-from hwrng._seeding import current_seeding, platform_in_force
+from hwrng._registry import platform_in_force
+from hwrng._seeding import current_seeding
 from hwrng._states import live_trackers
 from hwrng._version import __version__
 

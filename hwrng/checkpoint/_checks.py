@@ -271,7 +271,7 @@ def _check_everything(document: Mapping[str, Any], platform: Platform) -> Restor
     )
 
 
-def _where_position(plan: Seeding, position: Any) -> int:
+def position_on_plan(plan: Seeding, position: Any) -> int:
     """The saved DTensor position, if the saved default generator was on the plan's stream."""
     seed, offset = _checked_position(position)
     return offset if seed == plan.rank_seed else 0
@@ -282,7 +282,7 @@ def _reseed_verdict(
 ) -> Reseed:
     """Plan a re-derivation from one saved rank's state (a file of :func:`hwrng.save`)."""
     plan = checked_plan(document.get("plan"))
-    position = 0 if plan is None else _where_position(plan, document.get("position"))
+    position = 0 if plan is None else position_on_plan(plan, document.get("position"))
     return plan_reseed(plan, position, mesh, platform, why)
 
 

@@ -36,17 +36,20 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hwrng._collectives import Comm, digest62, digest_of, rank_and_size
-from hwrng._exceptions import CheckpointError
+from hwrng._exceptions import CheckpointError, HwrngWarning
 from hwrng._platform import Platform
-from hwrng._seeding import current_seeding, platform_in_force
+from hwrng._registry import platform_in_force
+from hwrng._seeding import current_seeding
 from hwrng.checkpoint._capture import state_dict
 from hwrng.checkpoint._checks import OnMismatch, Restore, check_on_mismatch, checked_plan, verdict
+from hwrng.checkpoint._commit import agree, choose
 from hwrng.checkpoint._files import seal, unseal
 from hwrng.checkpoint._job import (
     JOB_KEY,
@@ -60,7 +63,15 @@ from hwrng.checkpoint._job import (
 )
 from hwrng.checkpoint._reseed import Reseed, plan_fresh, plan_reseed
 from hwrng.checkpoint._restore import carry_out
-from hwrng.checkpoint._sets import rank_file, read_own, remove_other_sets, write_own
+from hwrng.checkpoint._sets import (
+    beside,
+    folder_name,
+    has_own,
+    rank_file,
+    read_own,
+    remove_sets,
+    write_own,
+)
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -187,7 +198,8 @@ class RNGState:
         self.platform = platform
         self.directory = directory
         self._issued: dict[str, bytes] = {}
-        self._saved: tuple[str, int] | None = None  # (directory, nonce) of a set to commit
+        self._saved: tuple[str, int, bytes] | None = None  # (directory, nonce, entry) to commit
+        self._own: dict[str, list[int]] = {}  # directory -> this object's sets there, oldest first
         self.missing: set[str] = set()  # keys RNGLoadPlanner found absent from the checkpoint
         self.old_layout = False  # RNGLoadPlanner found layout 1 in the checkpoint
 
@@ -238,7 +250,8 @@ class RNGState:
                 "with one plan before saving"
             )
         nonce = words[2]
-        job = pack_job(world_size, nonce, plan, words[3])
+        folder = None if self.directory is None else folder_name(self.directory)
+        job = pack_job(world_size, nonce, plan, words[3], folder)
         entry = seal({"nonce": nonce, "state": document})
         issued = {JOB_KEY: job}
         if self.directory is None:
@@ -274,19 +287,39 @@ class RNGState:
         if failed:
             why = comm.broadcast_text(failure or "", first)
             raise CheckpointError(f"rank {first} could not write its RNG entry: {why}")
-        self._saved = (directory, nonce)
+        self._saved = (directory, nonce, entry)
+        self._own.setdefault(directory, []).append(nonce)
 
-    def commit(self) -> None:
-        """Say the trainer's checkpoint of the last save is complete: remove earlier sets.
+    def commit(self, checkpoint: str | os.PathLike[str] | None = None) -> None:
+        """Say the trainer's write of the last save returned: remove the sets no checkpoint names.
 
-        A collective (one ``all_reduce`` of one word, which also makes every
+        A collective (one ``all_reduce`` of eight words, which also makes every
         rank wait for the trainer's write): call it on every rank once the
-        file that holds the shared entry of the last :meth:`state_dict` is
-        written -- after ``fabric.save``, after rank 0's ``torch.save`` and a
-        barrier -- as the integrations do. Each rank then removes its own
-        files of every other save in ``directory``. Until then every set is
-        kept, so that a save that fails or is cut short at any point leaves
-        whole the checkpoint the trainer still holds.
+        trainer's write of the file that holds the shared entry of the last
+        :meth:`state_dict` has returned -- after ``fabric.save``, after rank
+        0's ``torch.save`` and a barrier -- as the integrations do. Until then
+        every set is kept, so that a save that fails or is cut short at any
+        point leaves whole the checkpoint the trainer still holds.
+
+        The retention rule (rank 0 decides, every rank removes its own files):
+        a set stays while a trainer's file in reach names it, and so do this
+        object's own sets newer than the newest one a trainer's file names
+        (writes still on their way); every other set of ``directory`` goes,
+        every file of it, whatever ranks are missing. A set's trainer's file is
+        read now, after the write, so an asynchronous write not yet done, a
+        second run whose newer file landed on the same path, and a second
+        trainer's file in the same directory keep their sets. This rank's own
+        file of the last save, if another run removed it meanwhile, is written
+        again.
+
+        Parameters
+        ----------
+        checkpoint
+            The trainer's file of the last save (a path or fsspec URL): the
+            only file in reach. Without it, every file in the folder that
+            holds ``directory`` is in reach (``trainer.pt`` beside
+            ``trainer.pt.hwrng``); pass it when the trainer's files are kept
+            elsewhere.
 
         Nothing happens (and nothing is communicated) without a ``directory``
         (DCP: nothing to remove), or when no :meth:`state_dict` has written a
@@ -294,11 +327,25 @@ class RNGState:
         """
         if self.directory is None or self._saved is None:
             return
-        directory, nonce = self._saved
+        directory, nonce, entry = self._saved
         self._saved = None
         rank, world_size = rank_and_size()
-        Comm(None, platform_in_force(self.platform)).max([0])
-        remove_other_sets(directory, nonce, rank, world_size)
+        comm = Comm(None, platform_in_force(self.platform))
+        own = self._own.get(directory, [])
+        gone = agree(comm, choose(directory, checkpoint, own) if rank == 0 else [])
+        self._own[directory] = [n for n in own if n not in gone]
+        remove_sets(directory, gone, rank, world_size)
+        try:
+            if not has_own(directory, nonce, rank):  # removed by another run meanwhile
+                write_own(directory, nonce, rank, entry)
+        except (OSError, CheckpointError) as error:  # after the collective: warn, never hang
+            warnings.warn(
+                f"hwrng: rank {rank}'s RNG file of the last save was removed (by another run "
+                f"saving to the same place?) and could not be written again: {error}; loading "
+                "that checkpoint will be refused on every rank, naming it",
+                HwrngWarning,
+                stacklevel=2,
+            )
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore, re-derive or refuse on every rank alike (see the class notes)."""
@@ -390,25 +437,42 @@ class RNGState:
             return _Local(_REFUSE, None, str(error), None, str(error))
         return _Local(_RESEED, fresh, why, fresh, None)
 
-    def _own_blob(self, loaded: Mapping[str, Any], rank: int, job: Job) -> tuple[Any, str]:
-        """Where this rank's own entry was sought, and its bytes (``None``: absent)."""
+    def _own_blob(self, loaded: Mapping[str, Any], rank: int, job: Job) -> tuple[Any, str, str]:
+        """Find this rank's own entry (``None``: absent), where it was sought, why it is absent.
+
+        With a ``directory``, the file is sought there, then in the folder the
+        shared entry names beside it: a trainer's file copied under another
+        name (a link followed by ``cp -L``) finds the set it names next to itself.
+        """
         key = rank_key(rank)
         if self.directory is None or key in loaded:
             value = loaded.get(key)
-            return (None if value is None or self.issued(value) else value), f"key {key!r}"
-        where = f"file {rank_file(self.directory, job.nonce, rank)!r}"
-        try:
-            return read_own(self.directory, job.nonce, rank), where
-        except OSError as error:
-            raise CheckpointError(
-                f"cannot read rank {rank}'s RNG state ({where}): {error}"
-            ) from None
+            where = f"key {key!r}"
+            blob = None if value is None or self.issued(value) else value
+            return blob, where, f"the checkpoint holds no RNG state for rank {rank} (no {where})"
+        places = [os.fspath(self.directory)]
+        if job.folder is not None and job.folder != folder_name(self.directory):
+            places.append(beside(self.directory, job.folder))
+        for place in places:
+            where = f"file {rank_file(place, job.nonce, rank)!r}"
+            try:
+                blob = read_own(place, job.nonce, rank)
+            except CheckpointError as error:  # not a regular file: refused unopened
+                return None, where, str(error)
+            except OSError as error:
+                raise CheckpointError(
+                    f"cannot read rank {rank}'s RNG state ({where}): {error}"
+                ) from None
+            if blob is not None:
+                return blob, where, ""
+        sought = " or ".join(rank_file(place, job.nonce, rank) for place in places)
+        return None, sought, f"the checkpoint holds no RNG state for rank {rank} (no file {sought})"
 
     def _own_entry(self, loaded: Mapping[str, Any], rank: int, job: Job) -> tuple[Any, str]:
         """Find this rank's state of the save ``job`` names: it, or ``None`` and why not."""
-        blob, where = self._own_blob(loaded, rank, job)
+        blob, where, absent = self._own_blob(loaded, rank, job)
         if blob is None:
-            return None, f"the checkpoint holds no RNG state for rank {rank} (no {where})"
+            return None, absent
         if not isinstance(blob, bytes):
             return None, (
                 f"the RNG entry of rank {rank} ({where}) is {type(blob).__name__}, not bytes"

@@ -1,6 +1,6 @@
 """Files: sealed bytes that hwrng checks when it reads them, written atomically.
 
-Everything hwrng writes for a checkpoint -- a file of :func:`save`, a rank's
+Everything hwrng writes for a checkpoint -- a file of :func:`hwrng.save`, a rank's
 own file beside a trainer's checkpoint, each entry of an
 :class:`~hwrng.RNGState` -- is *sealed*: the ``torch.save`` bytes of the
 value behind a header that holds their length and a BLAKE2b-256 checksum
@@ -23,20 +23,13 @@ import os
 import stat
 import tempfile
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from hwrng._exceptions import CheckpointError
-from hwrng._platform import Platform
-from hwrng.checkpoint._capture import state_dict
-from hwrng.checkpoint._checks import OnMismatch
-from hwrng.checkpoint._restore import load_state_dict
 
-if TYPE_CHECKING:
-    from torch.distributed.device_mesh import DeviceMesh
-
-__all__ = ["MAGIC", "load", "save", "seal", "unseal", "write_atomically"]
+__all__ = ["MAGIC", "regular_destination", "seal", "unseal", "write_atomically"]
 
 #: The first bytes of everything hwrng seals (the last two name the seal's version).
 MAGIC = b"hwrng\x00s1"
@@ -113,7 +106,7 @@ _NOT_REGULAR = (
 )
 
 
-def _destination(target: str) -> str:
+def regular_destination(target: str) -> str:
     """The regular file (existing or not) that saving to ``target`` replaces; else refuse.
 
     ``target``'s symbolic links are followed to the end: the file to replace is
@@ -175,7 +168,7 @@ def write_atomically(target: str, blob: bytes, *, temporary: str | None = None) 
         Naming ``target`` and the cause; the previous file, if any, is unchanged
         and no temporary file is left.
     """
-    destination = _destination(target)
+    destination = regular_destination(target)
     written: str | None = None
     try:
         folder = os.path.dirname(destination)
@@ -192,7 +185,7 @@ def write_atomically(target: str, blob: bytes, *, temporary: str | None = None) 
             file.write(blob)
             file.flush()
             os.fsync(file.fileno())
-        if _destination(target) != destination:
+        if regular_destination(target) != destination:
             raise CheckpointError(
                 f"cannot save the RNG state to {target!r}: a symbolic link on the path was "
                 f"changed while saving (it resolved to {destination!r}); nothing was replaced"
@@ -208,72 +201,3 @@ def write_atomically(target: str, blob: bytes, *, temporary: str | None = None) 
         if written is not None:
             with contextlib.suppress(OSError):  # best effort: the save already failed
                 os.unlink(written)
-
-
-def save(path: str | os.PathLike[str], platform: Platform | str | None = None) -> None:
-    """Write this rank's :func:`hwrng.state_dict` to ``path`` (one file per rank), atomically.
-
-    The state is sealed (its length and a checksum ahead of it, so that
-    :func:`hwrng.load` refuses a truncated or altered file), written to a
-    temporary file in the same directory, and renamed over the file only once
-    complete: a failed save leaves the previous file as it was (and no
-    temporary file). Replacing a file keeps its mode and owner (a new file
-    follows the umask).
-
-    Only a regular file is ever replaced. ``path`` may name a regular file or
-    nothing yet (the file is created); a symbolic link is followed, through
-    every link, to the file the last one names, and that file is replaced or
-    created under the same rule, so the links stay as they are (a dangling
-    link gets the file it names, as :func:`open` would create it). Anything
-    else -- a directory, a character or block device, a FIFO, a socket, a
-    link loop -- is refused before anything is written, and is neither
-    replaced nor written into.
-
-    The check is made before the state is written and again just before the
-    rename, but the two are separate steps: a process that puts something
-    other than a regular file at the path in between (or re-points a link)
-    can still have it replaced: save into a directory only you can write to,
-    above all as root.
-
-    Raises
-    ------
-    CheckpointError
-        If ``path`` is not a regular file (or a link to one, or nothing yet),
-        saying what it is; if the file cannot be written (a missing
-        directory, a full disk, a file size limit), naming the path, with the
-        cause chained; or if the file it replaces has an owner this process
-        cannot give the new one.
-    """
-    target = os.fspath(path)
-    _destination(target)  # refuse what is not a regular file before serialising anything
-    write_atomically(target, seal(state_dict(platform)))
-
-
-def load(
-    path: str | os.PathLike[str],
-    *,
-    on_mismatch: OnMismatch = "error",
-    mesh: DeviceMesh | None = None,
-    platform: Platform | str | None = None,
-) -> None:
-    """Restore this rank's RNG state from a file :func:`hwrng.save` wrote.
-
-    See :func:`hwrng.load_state_dict`; the file is checked whole first.
-
-    Raises
-    ------
-    CheckpointError
-        Also for a file that is missing, truncated, longer than written, or
-        changed in any byte.
-    """
-    try:
-        with open(path, "rb") as file:
-            blob = file.read()
-    except OSError as error:
-        raise CheckpointError(f"cannot read the RNG state {os.fspath(path)!r}: {error}") from None
-    load_state_dict(
-        unseal(blob, f"the RNG state file {os.fspath(path)!r}"),
-        on_mismatch=on_mismatch,
-        mesh=mesh,
-        platform=platform,
-    )

@@ -4,8 +4,10 @@ The shared entry is the same on every rank, so DCP writes one copy and a
 trainer that writes rank 0's dict alone holds it: the layout
 (:data:`DCP_FORMAT`), the world size, the job's seed plan (without any rank's
 coordinates), the furthest DTensor position any rank reached on its plan
-stream, and the nonce of the save, which each rank's own entry repeats and
-which names the set of per-rank files a save wrote (``_sets``).
+stream, the nonce of the save, which each rank's own entry repeats and
+which names the set of per-rank files a save wrote (``_sets``), and the name
+of the folder that set was written in (so that a copy of the trainer's file
+under another name still finds it beside itself).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Job:
     nonce: int
     plan: Seeding | None
     position: int
+    folder: str | None = None  # the name of the folder of per-rank files, if any
 
 
 def job_plan(plan: Seeding | None) -> dict[str, Any] | None:
@@ -71,8 +74,14 @@ def job_plan(plan: Seeding | None) -> dict[str, Any] | None:
     return job.to_dict()
 
 
-def pack_job(world_size: int, nonce: int, plan: dict[str, Any] | None, position: int) -> bytes:
-    """The shared entry's sealed bytes."""
+def pack_job(
+    world_size: int,
+    nonce: int,
+    plan: dict[str, Any] | None,
+    position: int,
+    folder: str | None = None,
+) -> bytes:
+    """The shared entry's sealed bytes (``folder``: the name of the per-rank files' folder)."""
     return seal(
         {
             "format": DCP_FORMAT,
@@ -80,6 +89,7 @@ def pack_job(world_size: int, nonce: int, plan: dict[str, Any] | None, position:
             "nonce": nonce,
             "plan": plan,
             "position": position,
+            "folder": folder,
         }
     )
 
@@ -105,8 +115,15 @@ def unpack_job(value: object) -> Job:
         raise CheckpointError(
             "corrupt hwrng entry: its world size, nonce and position must be counts"
         )
+    folder = entry.get("folder")
+    if folder is not None and (
+        not isinstance(folder, str) or not folder or "/" in folder or folder in (".", "..")
+    ):
+        raise CheckpointError(
+            "corrupt hwrng entry: the folder of its per-rank files must be a plain name"
+        )
     plan = checked_plan(entry.get("plan"))
-    return Job(world_size, nonce, plan, position)  # type: ignore[arg-type]
+    return Job(world_size, nonce, plan, position, folder)  # type: ignore[arg-type]
 
 
 def old_layout(where: str) -> CheckpointError:

@@ -18,15 +18,21 @@ number of ranks that hold them late in the chain: with a key of its own on
 every rank (hwrng's, Megatron's per-rank RNG objects) it grows with the square
 of the world -- 17 s at 16,384 ranks on the development machine, some ten
 minutes at 100,000. This planner merges them in one pass, to the same result.
+It replaces a private step of DCP's planner, ``_create_global_plan``, which
+every torch hwrng supports has (2.10 to 2.15): a torch without it is refused
+when the planner is made, as the planner could not do its one job there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
+import torch
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 
+from hwrng._exceptions import CheckpointError
 from hwrng.checkpoint._dcp import owner_of
 from hwrng.checkpoint._job import JOB_KEY, OLD_LAYOUT_KEY
 
@@ -63,6 +69,17 @@ class RNGLoadPlanner(DefaultLoadPlanner):
         return super().create_local_plan()
 
 
+def merge_step_problem(base: type) -> str | None:
+    """What ``base`` lacks of the private step :class:`RNGSavePlanner` replaces, or ``None``."""
+    step = getattr(base, "_create_global_plan", None)
+    if not callable(step):
+        return f"{base.__name__} has no _create_global_plan"
+    params = list(inspect.signature(step).parameters)
+    if params != ["self", "all_plans"]:
+        return f"{base.__name__}._create_global_plan takes {params}, not (self, all_plans)"
+    return None
+
+
 class RNGSavePlanner(DefaultSavePlanner):
     """A ``DefaultSavePlanner`` whose coordinator merges the ranks' key mappings in linear time.
 
@@ -73,7 +90,23 @@ class RNGSavePlanner(DefaultSavePlanner):
     ranks::
 
         dcp.save(state, checkpoint_id=path, planner=hwrng.RNGSavePlanner())
+
+    Raises
+    ------
+    CheckpointError
+        On a torch whose ``DefaultSavePlanner`` lacks the private step it
+        replaces (torch 2.10 to 2.15 have it), before anything is planned.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        problem = merge_step_problem(DefaultSavePlanner)
+        if problem is not None:
+            raise CheckpointError(
+                "RNGSavePlanner replaces a private step of DCP's save planner, which torch 2.10 "
+                f"to 2.15 have and torch {torch.__version__} lacks ({problem}): use DCP's "
+                "DefaultSavePlanner, which plans the same save"
+            )
+        super().__init__(*args, **kwargs)
 
     def _create_global_plan(self, all_plans: list[Any]) -> tuple[list[Any], Any]:
         if not self.flatten_state_dict:

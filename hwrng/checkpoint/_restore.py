@@ -17,7 +17,8 @@ import numpy as np
 from hwrng._claims import claim
 from hwrng._host import HOST_COUNTER, host_generator
 from hwrng._platform import Platform
-from hwrng._seeding import platform_in_force, record_seeding
+from hwrng._registry import platform_in_force
+from hwrng._seeding import record_seeding
 from hwrng.checkpoint._capture import device_generators
 from hwrng.checkpoint._checks import OnMismatch, Restore, check_on_mismatch, verdict
 from hwrng.checkpoint._reseed import Reseed, carry_out_reseed

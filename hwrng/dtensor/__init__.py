@@ -26,7 +26,7 @@ seed, as torch does: replicas then agree only if the ranks' seeds do, which
 It works under torch's ``LocalTensorMode`` (simulated ranks), and under
 ``torch.compile`` (ordered custom ops position the generator when the graph
 runs). Where torch runs accelerator DTensor random ops through its
-``run_dtensor_rng_op`` operator (torch >= 2.14), hwrng's kernel of that operator
+``run_dtensor_rng_op`` operator (torch >= 2.13), hwrng's kernel of that operator
 is registered for the platform's :attr:`~hwrng.Platform.dispatch_key` (``CUDA``,
 ``XPU``, ``PrivateUse1``, ...). It also routes ``log_normal_``, ``exponential_``, ``geometric_``,
 ``cauchy_`` and ``random_`` (left out by torch: every shard drew the same
@@ -40,7 +40,7 @@ from typing import Any
 
 from hwrng._exceptions import DTensorHookError
 from hwrng._platform import Platform
-from hwrng._seeding import platform_in_force
+from hwrng._registry import platform_in_force
 from hwrng._validation import check_flag
 from hwrng.dtensor._hooks import EXTRA_RANDOM_OPS, MIN_TORCH, Patches, check, kernel_key
 from hwrng.dtensor._invariant import InvariantPatches

@@ -12,8 +12,9 @@ what the adapter changes besides the tracker itself:
   which torch does not treat as random ops (every shard drew the same numbers),
   get DTensor op handlers that run them in the tracked region;
 * torch's ``run_dtensor_rng_op`` -- how torch runs plain DTensor random ops on
-  an accelerator (2.14: CUDA; 2.15: ``torch.accelerator.current_accelerator()``),
-  asking the tracker only for offsets -- gets a kernel that draws through
+  an accelerator (2.13 and 2.14: CUDA; 2.15: ``torch.accelerator.current_accelerator()``;
+  torch 2.10 to 2.12 have no such operator and run every DTensor random op in
+  the tracker's region), asking the tracker only for offsets -- gets a kernel that draws through
   hwrng's region, with the seed common to the op's mesh, for the platform's
   dispatch key (:attr:`hwrng.Platform.dispatch_key`: ``CUDA``, ``XPU``,
   ``PrivateUse1``, ...) and for ``BackendSelect``. :func:`kernel_key` checks,
@@ -37,15 +38,16 @@ __all__ = ["EXTRA_RANDOM_OPS", "MIN_TORCH", "Patches", "check", "kernel_key"]
 
 #: The oldest torch whose DTensor RNG hook this adapter is written for: 2.9 is the first
 #: release whose ``_distribute_region`` takes a user's generator (pytorch/pytorch#159933).
+#: hwrng itself needs 2.10. The check is made on what torch has, never on its version.
 MIN_TORCH = (2, 9)
 
+#: The torch from which plain DTensor random ops on an accelerator run through
+#: ``run_dtensor_rng_op``, asking the tracker for ``_compute_rng_offsets`` (2.13: CUDA).
+RNG_OP_TORCH = (2, 13)
 
-def _torch_version() -> tuple[int, int]:
-    release = torch.__version__.split("+")[0].split(".")
-    try:
-        return int(release[0]), int(release[1])
-    except (IndexError, ValueError):
-        return (0, 0)
+
+def _named(version: tuple[int, int]) -> str:
+    return ".".join(map(str, version))
 
 
 def _extra_random_ops() -> list[Any]:
@@ -74,21 +76,24 @@ EXTRA_RANDOM_OPS = (
 def check() -> ModuleType:
     """Import torch's DTensor RNG module after checking everything the adapter relies on.
 
+    Each private part is checked for itself, on what the installed torch has
+    (never its version): the tracker hook every torch since 2.9 has, and
+    ``run_dtensor_rng_op`` with the tracker's ``_compute_rng_offsets`` only
+    where this torch routes DTensor random ops through that operator.
+
     Raises
     ------
     DTensorHookError
-        Naming every private attribute that is missing or changed shape.
+        Naming every private attribute that is missing or changed shape, and
+        the torch that has it.
     """
     found = torch.__version__
-    if _torch_version() < MIN_TORCH:
-        raise DTensorHookError(
-            f"hwrng's DTensor adapter needs torch >= {'.'.join(map(str, MIN_TORCH))}, found {found}"
-        )
+    needs = f"torch >= {_named(MIN_TORCH)}"
     try:
         from torch.distributed.tensor import DTensor, _random
     except ImportError as error:
         raise DTensorHookError(
-            f"torch {found} has no torch.distributed.tensor._random: {error}"
+            f"torch {found} has no torch.distributed.tensor._random ({needs} has): {error}"
         ) from error
     problems = [
         f"no _random.{name}"
@@ -103,38 +108,68 @@ def check() -> ModuleType:
         else:
             params = list(inspect.signature(region).parameters)
             if params[:3] != ["self", "spec", "generator"]:
-                problems.append(f"_distribute_region takes {params}, not (self, spec, generator)")
+                problems.append(
+                    f"_distribute_region takes {params}, not (self, spec, generator) as {needs} "
+                    "does (pytorch/pytorch#159933)"
+                )
         if not isinstance(getattr(base, "distribute_region_enabled", None), property):
             problems.append("no distribute_region_enabled property")
-        if not callable(getattr(base, "_compute_rng_offsets", None)):
-            problems.append("no OffsetBasedRNGTracker._compute_rng_offsets")
     handlers = getattr(getattr(DTensor, "_op_dispatcher", None), "_custom_op_handlers", None)
     if not isinstance(handlers, dict):
         problems.append("no DTensor._op_dispatcher._custom_op_handlers dict")
+    problems += _rng_op_problems(base)
     if problems:
         raise DTensorHookError(
-            f"torch {found}'s DTensor RNG hook differs from the one hwrng's adapter fits: "
-            + "; ".join(problems)
+            f"torch {found}'s DTensor RNG hook differs from the one hwrng's adapter fits "
+            f"({needs}): " + "; ".join(problems)
         )
     return _random
 
 
-def _cuda_rng_op() -> Any:
-    """Torch's ``run_dtensor_rng_op`` if this torch has it (2.10+), else ``None``."""
+def _rng_prims() -> Any:
     try:
         from torch._prims import rng_prims
     except ImportError:
         return None
-    op = getattr(rng_prims, "run_dtensor_rng_op", None)
-    if op is None or not isinstance(getattr(op, "py_kernels", None), dict):
-        return None
-    return op
+    return rng_prims
+
+
+def _rng_op_problems(base: Any) -> list[str]:
+    """What hooking ``run_dtensor_rng_op`` needs and this torch lacks (nothing without the op).
+
+    A torch without the operator runs every DTensor random op in the
+    tracker's region: there is nothing more to hook. A torch with it calls the
+    tracker's ``_compute_rng_offsets`` and then the operator's kernel, which
+    the adapter replaces: both must be there in the shape it fits, or some
+    DTensor random ops would run torch's kernel, not hwrng's.
+    """
+    op = getattr(_rng_prims(), "run_dtensor_rng_op", None)
+    if op is None:
+        return []
+    problems = []
+    needs = f"torch >= {_named(RNG_OP_TORCH)}"
+    if not isinstance(getattr(op, "py_kernels", None), dict) or not hasattr(op, "_dispatch_cache"):
+        problems.append(
+            f"run_dtensor_rng_op has no py_kernels dict and _dispatch_cache, as {needs} has"
+        )
+    if base is not None and not callable(getattr(base, "_compute_rng_offsets", None)):
+        problems.append(
+            "this torch routes DTensor random ops through run_dtensor_rng_op but its "
+            f"OffsetBasedRNGTracker has no _compute_rng_offsets, as {needs} has"
+        )
+    return problems
+
+
+def _rng_op() -> Any:
+    """Torch's ``run_dtensor_rng_op`` where this torch has it (see :func:`check`), else ``None``."""
+    return getattr(_rng_prims(), "run_dtensor_rng_op", None)
 
 
 def kernel_key(platform: Platform) -> Any:
     """The ``torch._C.DispatchKey`` hwrng's ``run_dtensor_rng_op`` kernel is registered for.
 
-    Returns ``None`` on a torch without ``run_dtensor_rng_op`` (before 2.10).
+    Returns ``None`` on a torch without ``run_dtensor_rng_op`` (before 2.13), which
+    runs every DTensor random op in the tracker's region.
 
     Raises
     ------
@@ -144,7 +179,7 @@ def kernel_key(platform: Platform) -> Any:
         tensors to another key: its DTensor random ops would then run a kernel
         that is not hwrng's (torch's own, or none).
     """
-    if _cuda_rng_op() is None:
+    if _rng_op() is None:
         return None
     from torch._C import DispatchKey
 
@@ -238,7 +273,7 @@ class Patches:
         self.supported_mesh = original
         setattr(self.module, "is_rng_supported_mesh", is_rng_supported_mesh)  # noqa: B010
         self.handlers.update(set_op_handlers(_extra_random_ops(), _random_inplace_handler))
-        cuda_op = _cuda_rng_op()
+        cuda_op = _rng_op()
         device_key = kernel_key(self.platform)
         if cuda_op is not None and device_key is not None:
             from torch._C import DispatchKey
@@ -254,7 +289,7 @@ class Patches:
         if self.supported_mesh is not None:
             setattr(self.module, "is_rng_supported_mesh", self.supported_mesh)  # noqa: B010
         restore_op_handlers(self.handlers, _random_inplace_handler)
-        cuda_op = _cuda_rng_op()
+        cuda_op = _rng_op()
         if cuda_op is not None and self.kernels:
             for key, previous in self.kernels.items():
                 if previous is None:

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from hwrng._exceptions import DTensorHookError
+from hwrng import _recompute as recompute
+from hwrng._exceptions import DTensorHookError, RecomputationError
 from hwrng._platform import Platform
 from hwrng._sharding import ShardSpec, shard_offsets
 
@@ -64,7 +65,20 @@ def _checked(module: Any, mode: Any) -> None:
 def simulated_region(
     mode: Any, platform: Platform, spec: Any, generator: torch.Generator | None
 ) -> Iterator[None]:
-    """A tracked region for every simulated rank of ``mode`` (see the module notes)."""
+    """A tracked region for every simulated rank of ``mode`` (see the module notes).
+
+    Refused in a recomputation of an activation checkpoint: torch rewinds no
+    simulated rank's saved state before it recomputes, and hwrng does not
+    journal them, so the recomputation would draw other numbers.
+    """
+    where = recompute.site()
+    if where is not None and where.replaying:
+        raise RecomputationError(
+            "DTensor random ops on LocalTensorMode's simulated ranks cannot be recomputed: "
+            "torch's activation checkpointing rewinds no simulated rank's generator, so the "
+            "recomputation would draw other numbers than the forward. Run the block without "
+            "activation checkpointing under LocalTensorMode, or on real ranks"
+        )
     module = _local_module()
     _checked(module, mode)
     ranks = sorted(mode.ranks)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, Union
 from hwrng._collectives import rank_and_size
 from hwrng._exceptions import CheckpointError
 from hwrng._platform import Platform
-from hwrng._seeding import manual_seed, platform_in_force
+from hwrng._registry import platform_in_force
+from hwrng._seeding import manual_seed
 from hwrng.verify import verify
 
 if TYPE_CHECKING:

@@ -148,6 +148,7 @@ def prepare_rng(
     state = RNGState(on_mismatch=on_mismatch, mesh=seeded, platform=platform)
     objects: list[Any] = accelerator._custom_objects
     unregistered: list[int] = []  # where the state was while a load without it ran
+    saving: list[str] = []  # the file of the save under way that holds the shared entry
 
     def registered() -> int:
         while unregistered:  # a load of a checkpoint without hwrng's entry took it out
@@ -156,7 +157,7 @@ def prepare_rng(
 
     def save_hook(models: Any, weights: Any, output_dir: str) -> None:
         del models, weights
-        registered()
+        index = registered()
         if _in_an_epoch(accelerator) and not mid_epoch:
             raise CheckpointError(
                 "prepare_rng: refusing save_state in the middle of an epoch: accelerate's "
@@ -166,6 +167,7 @@ def prepare_rng(
                 "prepare_rng(mid_epoch=True) when your loaders draw from no global stream"
             )
         state.directory = os.path.join(output_dir, "hwrng")
+        saving[:] = [os.path.join(output_dir, f"custom_checkpoint_{index}.pkl")]
 
     def load_hook(models: Any, input_dir: str) -> None:
         del models
@@ -190,8 +192,10 @@ def prepare_rng(
     save_state = accelerator.save_state
 
     def save_and_commit(*args: Any, **kwargs: Any) -> Any:
+        saving.clear()
         location = save_state(*args, **kwargs)
-        state.commit()  # every process is past its writes: the earlier sets can go
+        # every process is past its writes: the sets the entry file no longer names can go
+        state.commit(saving[0] if saving else None)
         return location
 
     accelerator.save_state = save_and_commit

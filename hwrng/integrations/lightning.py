@@ -20,9 +20,11 @@ Fabric::
 Lightning writes its checkpoint from rank 0 alone; each rank's own RNG entry
 goes into a folder beside it, ``<checkpoint>.hwrng/save-<nonce>/rank-<r>.pt``,
 written by that rank, a new set per save (the checkpoint holds the small entry
-every rank shares, which names its set). The sets of earlier saves to the same
-path go only once the new checkpoint is written, so a save that fails or is
-cut short leaves the previous checkpoint whole.
+every rank shares, which names its set), on the checkpoint's own filesystem
+(a local path, or an fsspec URL). After each save the sets the checkpoint no
+longer names go -- the checkpoint is read then, so a save that fails or is
+cut short, or whose write is still on its way (``AsyncCheckpointIO``), leaves
+the previous checkpoint whole.
 
 Requires ``pip install "hwrng[lightning]"``.
 """
@@ -30,7 +32,6 @@ Requires ``pip install "hwrng[lightning]"``.
 from __future__ import annotations
 
 import os
-import shutil
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -41,6 +42,7 @@ from lightning.fabric.utilities.data import _set_sampler_epoch
 from hwrng._exceptions import HwrngWarning
 from hwrng._platform import Platform
 from hwrng.checkpoint import OnMismatch, RNGState
+from hwrng.checkpoint._storage import is_url, storage_for
 from hwrng.integrations._world import (
     MeshLike,
     check_world,
@@ -59,8 +61,18 @@ __all__ = [
 
 
 def rank_folder(checkpoint: str | os.PathLike[str]) -> str:
-    """Where each rank's own entry of ``checkpoint`` goes: ``<checkpoint>.hwrng``."""
-    return os.fspath(checkpoint) + ".hwrng"
+    """Where each rank's own entry of ``checkpoint`` goes: ``<checkpoint>.hwrng``.
+
+    On the checkpoint's own filesystem: a local path, or an fsspec URL as
+    Lightning's ``dirpath`` may be (``s3://...``, ``simplecache::file://...``).
+    """
+    return os.fspath(checkpoint).rstrip("/") + ".hwrng"
+
+
+def _resolved(checkpoint: str | os.PathLike[str]) -> str:
+    """A local checkpoint's path with its links followed (``save_last="link"``); a URL as is."""
+    text = os.fspath(checkpoint)
+    return text if is_url(text) else os.path.realpath(text)
 
 
 class HwrngCallback(pl.Callback):
@@ -76,9 +88,12 @@ class HwrngCallback(pl.Callback):
       ``ModelCheckpoint``, ``OnExceptionCheckpoint``, yours) gets each rank's
       own entry in ``<checkpoint>.hwrng/save-<nonce>/rank-<r>.pt``, written by
       that rank into a new set per save, and the small entry all ranks share
-      (naming the set) in the checkpoint itself; the sets of earlier saves to
-      the same path go once Lightning has written the new checkpoint, and the
-      folder goes when ``ModelCheckpoint`` removes the checkpoint.
+      (naming the set) in the checkpoint itself; after each save the sets the
+      checkpoint no longer names go (read then: an ``AsyncCheckpointIO``
+      write still on its way keeps the previous set), and the folder goes
+      when ``ModelCheckpoint`` removes the checkpoint. An fsspec ``dirpath``
+      gets the folder on its filesystem; a copy of the folder made with its
+      links followed (``cp -rL``) finds its sets.
       ``trainer.fit(ckpt_path=...)`` gives each rank its own streams back, bit
       for bit, or every rank refuses (another world size, backend, corrupt
       entry, a refusal on any one rank) before any rank changes anything.
@@ -162,15 +177,18 @@ class HwrngCallback(pl.Callback):
         def save_checkpoint(filepath: Any, *args: Any, **kwargs: Any) -> None:
             state.directory = rank_folder(filepath)
             try:
-                save(filepath, *args, **kwargs)  # its barrier: rank 0 has written the file
-                state.commit()  # only now go the sets of earlier saves to this path
+                # its barrier: rank 0 has written the file -- or, with AsyncCheckpointIO,
+                # queued the write: the commit reads the file, and keeps every set it names
+                save(filepath, *args, **kwargs)
+                state.commit(os.fspath(filepath))
             finally:
                 state.directory = None
 
         def remove_checkpoint(filepath: Any) -> None:
             remove(filepath)
             if strategy.is_global_zero:  # every rank wrote its file before the save's barrier
-                shutil.rmtree(rank_folder(filepath), ignore_errors=True)
+                storage, folder = storage_for(rank_folder(filepath))
+                storage.remove_tree(folder)
 
         trainer.save_checkpoint = save_checkpoint
         strategy.remove_checkpoint = remove_checkpoint
@@ -188,7 +206,7 @@ class HwrngCallback(pl.Callback):
         """
         self._loaded = True
         if trainer.ckpt_path:  # a link (ModelCheckpoint(save_last="link")) leads to the saved file
-            self._state.directory = rank_folder(os.path.realpath(trainer.ckpt_path))
+            self._state.directory = rank_folder(_resolved(trainer.ckpt_path))
         states = checkpoint.get("callbacks") or {}
         if self.state_key not in states and self._legacy_state_key not in states:
             self._pending = self._state.check({})
@@ -309,10 +327,13 @@ def fabric_rng_state(
 
     Fabric calls its ``state_dict`` on every rank and writes rank 0's dict:
     each rank writes its own entry into a new set in :func:`rank_folder` of
-    ``path``, and the checkpoint holds the entry all ranks share. Save with
-    :func:`save_fabric` (or call the state's ``commit()`` on every rank after
-    ``fabric.save``), which removes the sets of earlier saves once the new
-    checkpoint is written. Give it the mesh :func:`seed_fabric` returned, for
+    the checkpoint, and the checkpoint holds the entry all ranks share. Save
+    with :func:`save_fabric` and load with :func:`load_fabric`, which put the
+    files beside the path they are given (one state serves a loop saving to
+    ``step-<k>.ckpt``) and remove the sets of earlier saves to that path once
+    the new checkpoint is written; with ``fabric.save`` itself the files go
+    beside ``path``, and you call the state's ``commit(path)`` on every rank
+    after it. Give it the mesh :func:`seed_fabric` returned, for
     ``on_mismatch="reseed"``.
     """
     return RNGState(
@@ -323,18 +344,28 @@ def fabric_rng_state(
 def save_fabric(
     fabric: Any, path: str | os.PathLike[str], state: dict[str, Any], **kwargs: Any
 ) -> None:
-    """``fabric.save(path, state, **kwargs)``, then commit each ``RNGState`` of ``state``.
+    """``fabric.save(path, state, **kwargs)``, each ``RNGState`` of ``state`` beside ``path``.
 
+    Every :class:`hwrng.RNGState` in ``state`` writes its per-rank files
+    into :func:`rank_folder` of *this* ``path`` (whatever path it was made
+    for), so a loop saving to ``step-<k>.ckpt`` keeps every checkpoint whole.
     ``fabric.save`` writes rank 0's dict and waits for every rank; only then
-    does each :class:`hwrng.RNGState` in ``state`` remove the per-rank files of
-    earlier saves to ``path`` (:meth:`hwrng.RNGState.commit`), so a save that
-    fails or is cut short at any point leaves the previous checkpoint whole.
-    Call it on every rank, as ``fabric.save``.
+    does each ``RNGState`` commit (:meth:`hwrng.RNGState.commit` with ``path``:
+    the sets ``path`` no longer names go), so a save that fails or is cut
+    short at any point leaves the previous checkpoint whole. Call it on every
+    rank, as ``fabric.save``.
     """
-    fabric.save(path, state, **kwargs)
-    for value in state.values():
-        if isinstance(value, RNGState):
-            value.commit()
+    states = [value for value in state.values() if isinstance(value, RNGState)]
+    before = [value.directory for value in states]
+    try:
+        for value in states:
+            value.directory = rank_folder(path)
+        fabric.save(path, state, **kwargs)
+        for value in states:
+            value.commit(os.fspath(path))
+    finally:
+        for value, directory in zip(states, before, strict=True):
+            value.directory = directory
 
 
 def load_fabric(
@@ -345,8 +376,9 @@ def load_fabric(
     Fabric skips a state the checkpoint does not hold (``strict=False``) or
     raises a ``KeyError`` for it; a checkpoint written without hwrng would
     leave the streams at their seeds. Here Fabric loads everything else, and
-    each ``RNGState`` then gets its entry -- or, where the checkpoint has none,
-    votes on "no entry": refused, or new streams under
+    each ``RNGState`` then gets its entry, reading its per-rank files beside
+    ``path`` (as :func:`save_fabric` wrote them) -- or, where the checkpoint
+    has none, votes on "no entry": refused, or new streams under
     ``on_mismatch="reseed"``, on every rank alike (call it on every rank, as
     ``fabric.load``).
 
@@ -360,5 +392,10 @@ def load_fabric(
     remaining: dict[str, Any] = fabric.load(path, others, **kwargs)
     state.update(others)  # Fabric puts plain values it restored into the dict it was given
     for name, entry_state in rng.items():
-        entry_state.load_state_dict(remaining.pop(name, {}))
+        before = entry_state.directory
+        entry_state.directory = rank_folder(_resolved(path))
+        try:
+            entry_state.load_state_dict(remaining.pop(name, {}))
+        finally:
+            entry_state.directory = before
     return remaining

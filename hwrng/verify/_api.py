@@ -13,7 +13,8 @@ from hwrng._exceptions import MeshError
 from hwrng._mesh import MeshLayout, mesh_tensor
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
-from hwrng._seeding import current_seeding, platform_in_force
+from hwrng._registry import platform_in_force
+from hwrng._seeding import current_seeding
 from hwrng.verify._arrival import DEFAULT_TIMEOUT, arrive, check_timeout
 from hwrng.verify._judging import Judged, judging
 from hwrng.verify._meshes import IRREGULAR

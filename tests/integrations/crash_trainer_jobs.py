@@ -1,8 +1,10 @@
 """The trainers' save paths the kill matrix cuts (importable by the forked ranks).
 
 As in tests/crash_jobs.py: each ``*_save`` saves twice to the same place as
-the trainer's users do (Lightning's ``last.ckpt``, Fabric's one path,
-accelerate's one folder; torchtitan's step folders), counting the second
+the trainer's users do (Lightning's ``last.ckpt``, also with
+``AsyncCheckpointIO``, through an fsspec URL, and copied with ``cp -rL``;
+Fabric's one path, and a new path per save; accelerate's one folder;
+torchtitan's step folders, also saved asynchronously), counting the second
 save's file events, and returns each rank's draws after each save;
 ``*_resume`` resumes a fresh job as a user would; ``*_present`` reads, from
 the trainer's own files, which save its checkpoint holds.
@@ -12,7 +14,11 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
+import subprocess
+import tempfile
+import threading
 from typing import Any
 
 import lightning as L
@@ -22,6 +28,7 @@ import torch
 import torch.distributed as dist
 from crash_harness import SavePath, arm, count_event, disarm
 from crash_jobs import draws, save_twice
+from lightning.pytorch.plugins.io import AsyncCheckpointIO, TorchCheckpointIO
 
 import hwrng
 from hwrng.integrations.lightning import HwrngCallback
@@ -73,16 +80,61 @@ class _ArmSecondSave(pl.Callback):
             disarm()
 
 
-def _fit(root: str, module: _Module, ckpt_path: str | None) -> None:
+_GATE = threading.Event()  # open: the asynchronous writes may go on
+
+
+class _GatedCheckpointIO(TorchCheckpointIO):
+    """Lightning's own writer, held until the next epoch starts: each asynchronous write lands
+    after hwrng's commit of its save, every time (the case to survive, and the same events in
+    every run)."""
+
+    def save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        _GATE.wait()
+        super().save_checkpoint(*args, **kwargs)
+
+
+class _ArmSavesAfterTheFirst(pl.Callback):
+    """Count the file events of every save after the first, each asynchronous write included;
+    each epoch (and the end) lets the writes queued before it land, and waits for them."""
+
+    @staticmethod
+    def _drain(trainer: pl.Trainer) -> None:
+        executor = getattr(trainer.strategy.checkpoint_io, "_executor", None)
+        _GATE.set()
+        if executor is not None:  # AsyncCheckpointIO: one worker, so this waits for the rest
+            executor.submit(lambda: None).result()
+        _GATE.clear()
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._drain(trainer)
+        if trainer.current_epoch == 1:
+            arm()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._drain(trainer)
+        disarm()
+
+
+def _fit(
+    root: str,
+    module: _Module,
+    ckpt_path: str | None,
+    *,
+    plugins: list[Any] | None = None,
+    save_last: bool | str = True,
+    save_top_k: int = 1,
+    armed: pl.Callback | None = None,
+) -> None:
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=dist.get_world_size(),
         strategy="ddp",
         max_epochs=3,
+        plugins=plugins,
         callbacks=[
             HwrngCallback(SEED, verify=False),
-            pl.callbacks.ModelCheckpoint(dirpath=root, save_last=True),
-            _ArmSecondSave(),
+            pl.callbacks.ModelCheckpoint(dirpath=root, save_last=save_last, save_top_k=save_top_k),
+            armed or _ArmSecondSave(),
         ],
         logger=False,
         enable_progress_bar=False,
@@ -118,6 +170,96 @@ def lightning_present(root: str) -> int | None:
 
 LIGHTNING = SavePath(
     "Lightning Trainer, `last.ckpt`", lightning_save, lightning_resume, lightning_present
+)
+
+
+# -- Lightning's AsyncCheckpointIO: the write of last.ckpt finishes after save_checkpoint -----
+
+
+def _async(gated: bool = False) -> list[Any]:
+    return [AsyncCheckpointIO(_GatedCheckpointIO() if gated else None)]
+
+
+def lightning_async_save(root: str) -> dict[int, Any]:
+    """Train 3 epochs with ``AsyncCheckpointIO``; saves 2 and 3 (and their writes) are cut."""
+    module = _Module()
+    _GATE.clear()
+    _fit(root, module, None, plugins=_async(gated=True), armed=_ArmSavesAfterTheFirst())
+    return {1: module.epochs[1], 2: module.epochs[2], 3: []}
+
+
+def lightning_async_resume(root: str) -> Any:
+    """``fit(ckpt_path=last.ckpt)``, asynchronous too."""
+    module = _Module()
+    _fit(root + "-resumed", module, os.path.join(root, "last.ckpt"), plugins=_async())
+    return module.epochs[min(module.epochs)] if module.epochs else []
+
+
+LIGHTNING_ASYNC = SavePath(
+    "Lightning Trainer, `AsyncCheckpointIO`, `last.ckpt`",
+    lightning_async_save,
+    lightning_async_resume,
+    lightning_present,
+)
+
+
+# -- Lightning through an fsspec URL, resumed from another working directory -----------------
+
+
+def _url(root: str) -> str:
+    return f"simplecache::file://{root}"
+
+
+def lightning_url_save(root: str) -> dict[int, Any]:
+    """``ModelCheckpoint(dirpath="simplecache::file://<root>", save_last=True)``, from a working
+    directory of this job's own (``save_top_k=-1``: Lightning 2.6.6's own removal of a top-k
+    file through this URL fails, looking for it under the working directory)."""
+    os.chdir(tempfile.mkdtemp(prefix="hwrng-node-a-"))
+    module = _Module()
+    _fit(_url(root), module, None, save_top_k=-1)
+    return {1: module.epochs[1], 2: module.epochs[2]}
+
+
+def lightning_url_resume(root: str) -> Any:
+    """``fit(ckpt_path=<the URL of last.ckpt>)`` from another working directory."""
+    os.chdir(tempfile.mkdtemp(prefix="hwrng-node-b-"))
+    module = _Module()
+    _fit(_url(root + "-resumed"), module, f"{_url(root)}/last.ckpt", save_top_k=-1)
+    return module.epochs[min(module.epochs)] if module.epochs else []
+
+
+LIGHTNING_URL = SavePath(
+    "Lightning Trainer, an fsspec URL (`simplecache::file://`), `last.ckpt`",
+    lightning_url_save,
+    lightning_url_resume,
+    lightning_present,
+)
+
+
+# -- Lightning's save_last="link", the folder copied with its links followed (cp -rL) --------
+
+
+def lightning_link_save(root: str) -> dict[int, Any]:
+    """``ModelCheckpoint(save_last="link")``: last.ckpt links to the newest epoch's file."""
+    module = _Module()
+    _fit(root, module, None, save_last="link")
+    return {1: module.epochs[1], 2: module.epochs[2]}
+
+
+def copy_following_links(root: str) -> str:
+    """``cp -rL <root> <root>-copy`` (as rsync -L and most sync tools copy): the copy to resume."""
+    copy = root + "-copy"
+    shutil.rmtree(copy, ignore_errors=True)
+    subprocess.run(["cp", "-rL", root, copy], check=False, capture_output=True)  # a dangling
+    return copy  # link (cut between the files) is left out, as cp does
+
+
+LIGHTNING_COPY = SavePath(
+    'Lightning Trainer, `save_last="link"`, the folder copied by `cp -rL`',
+    lightning_link_save,
+    lightning_resume,
+    lightning_present,
+    prepare=copy_following_links,
 )
 
 
@@ -163,6 +305,44 @@ def fabric_present(root: str) -> int | None:
 
 
 FABRIC = SavePath("Fabric, one path", fabric_save, fabric_resume, fabric_present)
+
+
+def fabric_paths_save(root: str) -> dict[int, Any]:
+    """One ``fabric_rng_state`` (made for another path), ``save_fabric`` to ``step-<k>.ckpt``
+    each time: the usual loop."""
+    from hwrng.integrations.lightning import fabric_rng_state, save_fabric
+
+    fabric = _fabric()
+    rng = fabric_rng_state(os.path.join(root, "state.ckpt"))
+
+    def save(step: int) -> None:
+        save_fabric(fabric, os.path.join(root, f"step-{step}.ckpt"), {"step": step, "rng": rng})
+
+    after = save_twice(save)
+    save(3)  # one more: every complete checkpoint must still load
+    return after
+
+
+def fabric_paths_present(root: str) -> int | None:
+    """The newest ``step-<k>.ckpt`` (Fabric writes it whole or not at all)."""
+    names = os.listdir(root)
+    return max((int(n[5:-5]) for n in names if re.fullmatch(r"step-\d+\.ckpt", n)), default=None)
+
+
+def fabric_path_resume(root: str, step: int | None = None) -> Any:
+    """``load_fabric`` from ``step-<k>.ckpt`` (the newest, by default)."""
+    from hwrng.integrations.lightning import fabric_rng_state, load_fabric
+
+    fabric = _fabric()
+    chosen = fabric_paths_present(root) if step is None else step
+    path = os.path.join(root, f"step-{chosen}.ckpt")
+    load_fabric(fabric, path, {"step": 0, "rng": fabric_rng_state(path)})
+    return draws()
+
+
+FABRIC_PATHS = SavePath(
+    "Fabric, a new path per save", fabric_paths_save, fabric_path_resume, fabric_paths_present
+)
 
 
 # -- accelerate: save_state to one folder ---------------------------------------------------
@@ -243,7 +423,7 @@ class _Stateless:
         del state_dict
 
 
-def _titan(root: str) -> Any:
+def _titan(root: str, async_mode: str = "disabled") -> Any:
     from torchtitan.components.checkpointer.dcp import CheckpointManager
     from torchtitan.config import DebugConfig
     from torchtitan.distributed.parallel_dims import ParallelDims
@@ -259,7 +439,9 @@ def _titan(root: str) -> Any:
     hwrng_titan.seed(dims.get_mesh("pp"), SEED, sharded_dims=["pp"], verify=False)
     net = _net()
     checkpointer = CheckpointManager(
-        CheckpointManager.Config(enable=True, folder="ckpt", interval=1, keep_latest_k=0),
+        CheckpointManager.Config(
+            enable=True, folder="ckpt", interval=1, keep_latest_k=0, async_mode=async_mode
+        ),
         dataloader=None,
         model_parts=[net],
         optimizers=_Stateless(),
@@ -305,4 +487,65 @@ TORCHTITAN = SavePath(
     "torchtitan, step folders", torchtitan_save, torchtitan_resume, torchtitan_present
 )
 
-__all__ = ["ACCELERATE", "FABRIC", "LIGHTNING", "TORCHTITAN", "hwrng"]
+
+def torchtitan_async_save(root: str) -> dict[int, Any]:
+    """The manager saves steps 1 and 2 with ``async_mode="async"``, each waited for; one more
+    kill point once the second write has completed."""
+    checkpointer = _titan(root, "async")
+
+    def save(step: int) -> None:
+        checkpointer.save(step)
+        checkpointer.maybe_wait_for_saving()
+        count_event("the future completed", os.path.join(root, "ckpt", f"step-{step}"))
+
+    after = save_twice(save)
+    checkpointer.close()
+    return after
+
+
+TORCHTITAN_ASYNC = SavePath(
+    'torchtitan, step folders, `async_mode="async"`',
+    torchtitan_async_save,
+    torchtitan_resume,
+    torchtitan_present,
+)
+
+__all__ = [
+    "ACCELERATE",
+    "FABRIC",
+    "FABRIC_PATHS",
+    "LIGHTNING",
+    "LIGHTNING_ASYNC",
+    "LIGHTNING_COPY",
+    "LIGHTNING_URL",
+    "TORCHTITAN",
+    "TORCHTITAN_ASYNC",
+    "hwrng",
+]
+
+
+def lightning_memory_round_trip(base: str) -> tuple[Any, Any, list[str]]:
+    """One process: train with ``dirpath="memory://..."``, then resume from the first epoch's
+    checkpoint there in another working directory; the draws of the epochs trained after it,
+    the uninterrupted run's, and what the working directories hold."""
+    import fsspec
+
+    url = f"memory://{os.path.basename(base)}"
+    first, second = os.path.join(base, "node-a"), os.path.join(base, "node-b")
+    os.makedirs(first)
+    os.makedirs(second)
+    os.chdir(first)
+    module = _Module()
+    _fit(url, module, None, save_top_k=-1)
+    memory = fsspec.filesystem("memory")
+    (epoch_0,) = [
+        p
+        for p in memory.ls(f"/{os.path.basename(base)}", detail=False)
+        if os.path.basename(p).startswith("epoch=0") and p.endswith(".ckpt")
+    ]
+    os.chdir(second)
+    resumed = _Module()
+    _fit(f"{url}-resumed", resumed, f"memory://{epoch_0}", save_top_k=-1)
+    local = [name for folder in (first, second) for name in os.listdir(folder)]
+    after = [module.epochs[1], module.epochs[2]]
+    return [resumed.epochs.get(1), resumed.epochs.get(2)], after, local

@@ -9,9 +9,11 @@ than a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from typing import Any
 
 import hwrng
+from hwrng_conformance._exceptions import SuiteUnavailableError
 
 __all__ = ["MIN_NPROC", "hwrng_register_commands", "run_command"]
 
@@ -36,8 +38,16 @@ def run_command(args: argparse.Namespace) -> int:
     """Run the suite (:func:`hwrng_conformance.runner.run_conformance`) on the backends asked for.
 
     A ``--backend`` hwrng cannot use here is refused before pytest starts
-    (:class:`~hwrng_conformance._exceptions.BackendOptionError`, one line).
+    (:class:`~hwrng_conformance._exceptions.BackendOptionError`, one line), and
+    so is a machine without pytest (:class:`~hwrng_conformance._exceptions.SuiteUnavailableError`:
+    an install with ``--no-deps`` leaves out hwrng-conformance's requirement on it).
     """
+    if importlib.util.find_spec("pytest") is None:
+        raise SuiteUnavailableError(
+            "pytest is not installed, and the suite's rules run under it: "
+            'pip install "pytest>=8.0" (hwrng-conformance requires it; '
+            "pip install --no-deps leaves it out)"
+        )
     from hwrng_conformance.runner import run_conformance
 
     return run_conformance(args.backend or [], nproc=args.nproc, extra=args.pytest_args)

@@ -10,11 +10,13 @@ is in ``_job``, the report in ``_report``, torchrun's side in ``_launcher``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from hwrng._cli._arguments import parse_dims, parse_mesh, positive
@@ -60,6 +62,26 @@ def cpu_rank_limit() -> int:
 
 def _progress(text: str) -> None:
     print(f"hwrng check: {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _ranks_stdout_discarded() -> Iterator[None]:
+    """The ranks started in the block print nowhere: stdout is the report's alone.
+
+    The ranks inherit this process's standard streams. torch 2.10 and 2.11's gloo
+    prints a line on stdout for every process group it connects ("[Gloo] Rank 0 is
+    connected to ..."), which would come before the report, and break ``--json``.
+    A rank reports through its pipe, and its errors on stderr, which stays.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as nowhere:
+            os.dup2(nowhere.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _resolve(args: argparse.Namespace) -> tuple[Platform, int, dict[str, int], list[str], str]:
@@ -117,13 +139,16 @@ def run_check(args: argparse.Namespace) -> int:
     else:
         progress = None if args.json else _progress
         try:
-            with DistributedPool(
-                nproc,
-                backend=backend,
-                platform=platform.name,
-                timeout=args.timeout + RUN_SLACK_S,
-                progress=progress,
-            ) as pool:
+            with (
+                _ranks_stdout_discarded(),
+                DistributedPool(
+                    nproc,
+                    backend=backend,
+                    platform=platform.name,
+                    timeout=args.timeout + RUN_SLACK_S,
+                    progress=progress,
+                ) as pool,
+            ):
                 if progress is not None:
                     progress("seeding, drawing and verifying on every rank")
                 results = pool.run(run_rank, mesh, sharded, args.seed, platform.name, args.timeout)

@@ -1,0 +1,69 @@
+"""What each rank runs in test_recompute_dist.py: the recomputation oracle with DTensor ops.
+
+Two ranks, one mesh dim (tensor parallel): each block's activations are this
+rank's shard of a row-sharded tensor, and the block draws from every stream --
+the default generator, the rank's own named state (a different seed on each
+rank, as Megatron seeds its tensor-parallel stream), a DTensor dropout on the
+sharded tensor, ``fork_rng``, an invariant op on the rank's shard and a
+region on a user's generator (importable by the spawned ranks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import recompute_harness as harness
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+import hwrng
+
+SEED = 31
+
+
+def _run(flavour: str, kinds: tuple[str, ...], schedule: str) -> Any:
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+    spec = hwrng.ShardSpec((2 * harness.ROWS, harness.WIDTH), (2,), (Shard(0),), (rank,))
+    tracker = hwrng.RNGStatesTracker("cpu")
+    tracker.add("model-parallel-rng", SEED + 2718 + rank)
+
+    def dtensor_dropout(local: torch.Tensor) -> torch.Tensor:
+        sharded = DTensor.from_local(local, mesh, [Shard(0)], run_check=False)
+        return torch.nn.functional.dropout(sharded, 0.5).to_local()
+
+    def next_dtensor() -> torch.Tensor:
+        return distribute_tensor(torch.empty(8, 8), mesh, [Shard(0)]).uniform_().to_local()
+
+    if schedule == "steps":
+        return harness.train(
+            flavour,
+            kinds,
+            seed=SEED,
+            tracker=tracker,
+            spec=spec,
+            dtensor=dtensor_dropout,
+            next_dtensor=next_dtensor,
+        )
+    return harness.interleaved(
+        flavour,
+        kinds,
+        seed=SEED,
+        tracker=tracker,
+        spec=spec,
+        dtensor=dtensor_dropout,
+        next_dtensor=next_dtensor,
+    )
+
+
+def oracle(flavour: str, kinds: list[str], schedule: str = "steps") -> list[str]:
+    """This rank's differences between ``flavour`` and the plain run (empty: none)."""
+    hwrng.dtensor.install("cpu")
+    try:
+        expected = _run("plain", tuple(kinds), schedule)
+        got = _run(flavour, tuple(kinds), schedule)
+    finally:
+        hwrng.dtensor.uninstall()
+    return harness.mismatches(expected, got)

@@ -62,6 +62,7 @@ from hwrng._registry import (
 )
 from hwrng._seeding import current_seeding, manual_seed, seed_everything
 from hwrng._sharding import ShardSpec, shard_offsets
+from hwrng._state_digest import mersenne_state_digest, whole_state_digest
 from hwrng._states import RNGStatesTracker
 from hwrng._tracker import OffsetTracker
 from hwrng._version import __version__
@@ -156,6 +157,7 @@ __all__ = [
     "load_state_dict",
     "manual_seed",
     "mersenne_state",
+    "mersenne_state_digest",
     "presets",
     "rank_seed",
     "register_plugin",
@@ -167,6 +169,7 @@ __all__ = [
     "testing",
     "unregister_plugin",
     "verify",
+    "whole_state_digest",
     "worker_init_fn",
     "worker_seeds",
 ]

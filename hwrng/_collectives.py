@@ -18,6 +18,13 @@ Words are non-negative integers below ``2**62`` (:data:`WORD_LIMIT`), so a
 negated word never overflows. Without an initialised process group a
 :class:`Comm` is a world of one, and every method answers without
 communicating.
+
+A :class:`Comm` given a ``timeout`` bounds each of its collectives by it,
+whatever timeout the group was created with (torch's default is 30 minutes):
+the collective is issued with the backend's per-operation timeout (c10d's
+``*Options.timeout``), and one that does not complete in time raises
+:class:`~hwrng.DistributedError` (gloo's transport fails the operation; NCCL's
+watchdog aborts the communicator, as its own settings say).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ __all__ = [
     "digest62",
     "digest_of",
     "distributed",
+    "played_by_one_process",
     "rank_and_size",
 ]
 
@@ -66,6 +74,17 @@ def rank_and_size() -> tuple[int, int]:
     import torch.distributed as dist
 
     return int(dist.get_rank()), int(dist.get_world_size())
+
+
+def played_by_one_process(group: Any = None) -> bool:
+    """Whether ``group`` is torch's fake process group: one process playing every rank.
+
+    Its collectives answer at once with no data; nothing outside the process
+    (the rendezvous store) can be met. hwrng measures its costs with it.
+    """
+    import torch.distributed as dist
+
+    return str(dist.get_backend(group)) == "fake"
 
 
 def digest62(*parts: bytes | memoryview | np.ndarray) -> int:
@@ -100,6 +119,14 @@ def _device_for(group: Any, platform: Platform | None) -> torch.device:
     return platform.device()
 
 
+def _options(name: str) -> Any:
+    """A c10d options class ``torch.distributed`` does not export (``AllgatherOptions``)."""
+    import torch.distributed as dist
+    from torch._C import _distributed_c10d
+
+    return (getattr(dist, name, None) or getattr(_distributed_c10d, name))()
+
+
 class Comm:
     """The collectives hwrng uses, over one process group.
 
@@ -111,10 +138,16 @@ class Comm:
         Whose device carries the words on a backend without CPU tensors
         (nccl, hccl); by default the platform in force (the seed plan's, else
         :func:`hwrng.get_platform`'s choice).
+    timeout
+        Seconds each collective may take before it raises
+        :class:`~hwrng.DistributedError`; ``None``: the group's own timeout.
     """
 
-    def __init__(self, group: Any = None, platform: Platform | None = None) -> None:
+    def __init__(
+        self, group: Any = None, platform: Platform | None = None, timeout: float | None = None
+    ) -> None:
         self.group = group
+        self.timeout = timeout
         if not distributed():
             self.rank, self.size, self.device = 0, 1, torch.device("cpu")
             return
@@ -164,7 +197,7 @@ class Comm:
         flipped = -self._words(negated)
         payload = torch.cat([words, flipped])
         if self.size > 1 and payload.numel():
-            dist.all_reduce(payload, op=dist.ReduceOp.MAX, group=self.group)
+            self._all_reduce(payload, dist.ReduceOp.MAX)
         result = payload.cpu().tolist()
         return result[: len(values)] + [-w for w in result[len(values) :]]
 
@@ -174,7 +207,7 @@ class Comm:
 
         payload = self._words(values)
         if self.size > 1 and payload.numel():
-            dist.all_reduce(payload, op=dist.ReduceOp.SUM, group=self.group)
+            self._all_reduce(payload, dist.ReduceOp.SUM)
         return [int(w) for w in payload.cpu().tolist()]
 
     def broadcast_text(self, text: str, src: int) -> str:
@@ -192,8 +225,13 @@ class Comm:
         if self.rank == src:
             buffer[: len(data)] = np.frombuffer(data, dtype=np.uint8)
         payload = torch.from_numpy(buffer).to(self.device)
-        source = src if self.group is None else dist.get_global_rank(self.group, src)
-        dist.broadcast(payload, src=source, group=self.group)
+        if self.timeout is None:
+            source = src if self.group is None else dist.get_global_rank(self.group, src)
+            dist.broadcast(payload, src=source, group=self.group)
+        else:
+            options = dist.BroadcastOptions()
+            options.rootRank, options.rootTensor = src, 0
+            self._bounded("broadcast", options, lambda g, o: g.broadcast([payload], o))
         raw = payload.cpu().numpy().tobytes().rstrip(b"\0")
         return raw.decode("utf-8", errors="replace")
 
@@ -209,7 +247,11 @@ class Comm:
         if self.size == 1:
             return [payload.cpu().tolist()]
         gathered = [torch.empty_like(payload) for _ in range(self.size)]
-        dist.all_gather(gathered, payload, group=self.group)
+        if self.timeout is None:
+            dist.all_gather(gathered, payload, group=self.group)
+        else:
+            options = _options("AllgatherOptions")
+            self._bounded("all_gather", options, lambda g, o: g.allgather([gathered], [payload], o))
         return [[int(w) for w in g.cpu().tolist()] for g in gathered]
 
     def exchange(self, outgoing: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -230,8 +272,6 @@ class Comm:
         list of list of int
             The words each group position sent to this rank, in group order.
         """
-        import torch.distributed as dist
-
         if len(outgoing) != self.size:
             raise ValueError(
                 f"exchange needs one list per member ({self.size}), got {len(outgoing)}"
@@ -241,23 +281,72 @@ class Comm:
         sent = [len(words) for words in outgoing]
         counts = torch.tensor(sent, dtype=torch.int64, device=self.device)
         incoming = torch.empty_like(counts)
-        dist.all_to_all_single(incoming, counts, group=self.group)
+        self._all_to_all(incoming, counts, None, None)
         received_counts = [int(n) for n in incoming.cpu().tolist()]
         payload = self._words(w for words in outgoing for w in words)
         received = torch.empty(sum(received_counts), dtype=torch.int64, device=self.device)
-        dist.all_to_all_single(
-            received,
-            payload,
-            output_split_sizes=received_counts,
-            input_split_sizes=sent,
-            group=self.group,
-        )
+        self._all_to_all(received, payload, received_counts, sent)
         words = [int(w) for w in received.cpu().tolist()]
         result, start = [], 0
         for count in received_counts:
             result.append(words[start : start + count])
             start += count
         return result
+
+    # -- each collective, bounded by the timeout when one is set ---------------------------
+
+    def _all_reduce(self, payload: torch.Tensor, op: Any) -> None:
+        import torch.distributed as dist
+
+        if self.timeout is None:
+            dist.all_reduce(payload, op=op, group=self.group)
+            return
+        options = dist.AllreduceOptions()
+        options.reduceOp = op
+        self._bounded("all_reduce", options, lambda g, o: g.allreduce([payload], o))
+
+    def _all_to_all(
+        self,
+        output: torch.Tensor,
+        payload: torch.Tensor,
+        output_sizes: list[int] | None,
+        input_sizes: list[int] | None,
+    ) -> None:
+        import torch.distributed as dist
+
+        if self.timeout is None:
+            dist.all_to_all_single(
+                output,
+                payload,
+                output_split_sizes=output_sizes,
+                input_split_sizes=input_sizes,
+                group=self.group,
+            )
+            return
+        options = dist.AllToAllOptions()
+        self._bounded(
+            "all_to_all",
+            options,
+            lambda g, o: g.alltoall_base(output, payload, output_sizes or [], input_sizes or [], o),
+        )
+
+    def _bounded(self, name: str, options: Any, issue: Any) -> None:
+        """Issue one collective on the group with ``options.timeout`` set, and wait for it."""
+        import datetime
+
+        import torch.distributed as dist
+
+        assert self.timeout is not None
+        options.timeout = datetime.timedelta(seconds=self.timeout)
+        group = self.group if self.group is not None else dist.group.WORLD
+        try:
+            issue(group, options).wait()
+        except RuntimeError as error:  # the transport's timeout, or a peer that went away
+            raise DistributedError(
+                f"a collective ({name}) over {self.size} rank(s) did not complete within "
+                f"{self.timeout:g} s: a rank stopped or died inside it, or its connection "
+                f"failed ({type(error).__name__}: {str(error).strip()[:300]})"
+            ) from error
 
     def first_ranks(self, flagged: bool, limit: int) -> list[int]:
         """The lowest ``limit`` group positions whose ``flagged`` is true, on every rank.

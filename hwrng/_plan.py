@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANY_STATE",
+    "DEVICE_STREAMS",
     "PLAN_RANK_LIMIT",
     "SeedDim",
     "Seeding",
@@ -54,6 +55,10 @@ __all__ = [
 
 #: The key of :attr:`Seeding.named` that holds the expectation of every other named state.
 ANY_STATE = "*"
+#: The key of :attr:`Seeding.named` that holds the dims the devices' default generators are
+#: seeded along, where a preset seeds them apart from the plan's terms (slapo's
+#: ``always_enable_tp_seed``: the tensor-parallel seed); see :meth:`Seeding.device_dims`.
+DEVICE_STREAMS = "<devices>"
 
 #: :func:`seed_plan` lists every rank; past this many it refuses (use :func:`rank_seed`).
 PLAN_RANK_LIMIT = 2**24
@@ -249,7 +254,9 @@ class Seeding:
     named
         What named states should differ along, for a preset that knows:
         ``(("tracker/state", ("pp", "tp")), ...)``, with :data:`ANY_STATE` for
-        every state not listed. Empty: along the plan's dims.
+        every state not listed, and :data:`DEVICE_STREAMS` for the devices'
+        default generators where a preset seeds them along other dims than the
+        plan's terms. Empty: along the plan's dims.
     """
 
     seed: int
@@ -291,12 +298,16 @@ class Seeding:
         the trainer's ``seed + 100 * pp`` does). :func:`hwrng.verify` catches a
         smaller mesh that spans stages.
         """
-        ranks = mesh_ranks(mesh)
-        found = self._dtensor_seeds.get(ranks)
+        return self.dtensor_seed_of(mesh_ranks(mesh))
+
+    def dtensor_seed_of(self, ranks: Sequence[int]) -> int:
+        """:meth:`dtensor_seed` of a mesh over ``ranks`` (global ranks, any order). Pure, cached."""
+        key = tuple(int(r) for r in ranks)
+        found = self._dtensor_seeds.get(key)
         if found is None:
-            whole = len(set(ranks)) >= _world_size(len(ranks))
-            outside = [d for d in self.dims if not self._inside(d, ranks, whole=whole)]
-            found = self._dtensor_seeds[ranks] = self._seed_over(outside)
+            whole = len(set(key)) >= _world_size(len(key))
+            outside = [d for d in self.dims if not self._inside(d, key, whole=whole)]
+            found = self._dtensor_seeds[key] = self._seed_over(outside)
         return found
 
     def _inside(self, dim: SeedDim, ranks: tuple[int, ...], *, whole: bool) -> bool:
@@ -314,11 +325,23 @@ class Seeding:
         found = dict(self.named)
         return found.get(state, found.get(ANY_STATE))
 
+    def device_dims(self) -> tuple[str, ...] | None:
+        """The dims the devices' default generators were seeded along, where not the plan's terms.
+
+        slapo's ``always_enable_tp_seed`` seeds them with the tensor-parallel
+        seed (along ``pp``, ``dp`` and ``tp``) while torch's CPU generator,
+        ``random`` and NumPy take the plan's; ``None`` where the devices take
+        the plan's seed too.
+        """
+        return dict(self.named).get(DEVICE_STREAMS)
+
     def describe(self) -> str:
         """One line: ``seed 123 + pp*2 + tp (this rank: 125), manual_seed on cpu``.
 
         Coordinates the plan records without seeding by them follow the rank's
-        seed (``this rank: 1334; tp=1``), and a resume generation comes last.
+        seed (``this rank: 1334; tp=1``), then the dims the devices are seeded
+        along where a preset seeds them apart (``devices along pp, tp``), and a
+        resume generation comes last.
         """
         terms = "".join(
             f" + {d.name}" if d.weight == 1 else f" + {d.name}*{d.weight}"
@@ -326,6 +349,9 @@ class Seeding:
             if d.weight
         )
         known = "".join(f"; {d.name}={d.coordinate}" for d in self.dims if not d.weight)
+        devices = self.device_dims()
+        if devices is not None:
+            known += f"; devices along {', '.join(devices)}"
         generation = f", resume generation {self.generation}" if self.generation else ""
         return (
             f"seed {self.seed}{terms} (this rank: {self.rank_seed}{known}), "

@@ -36,6 +36,7 @@ from hwrng._exceptions import (
     InvalidDeviceError,
     InvalidValueError,
 )
+from hwrng._state_digest import default_state_digest
 from hwrng._validation import (
     apply_state,
     check_index,
@@ -472,6 +473,25 @@ class Platform(abc.ABC):
         """Seed every device with a seed :meth:`manual_seed_all` checked."""
         for index in range(self.device_count()):
             self.position(self.generator(index), seed, 0)
+
+    def state_digest(self, state: torch.Tensor) -> bytes:
+        """A digest of what a generator of this platform in ``state`` will draw.
+
+        ``state`` is a state :meth:`get_rng_state` (or :meth:`state_tensor`)
+        returned. Two states that will draw the same numbers must digest alike
+        and two that will draw different numbers apart: :func:`hwrng.verify`
+        compares ranks' streams by it, so bytes that never change a draw must
+        not enter it. The conformance suite checks both on the device.
+
+        The base digests a state of torch's CPU generator layout (5,056 bytes,
+        as generators derived from torch's CPU generator keep) by
+        :func:`hwrng.mersenne_state_digest` -- torch keys that Mersenne Twister
+        with the low 32 bits of the stored 64-bit seed -- and any other state
+        whole (:func:`hwrng.whole_state_digest`), right for a Philox
+        ``(seed, offset)`` state. A platform whose state holds bytes that do not
+        change its draws overrides it.
+        """
+        return default_state_digest(state)
 
     # -- counter view ---------------------------------------------------------------
 

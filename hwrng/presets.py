@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from hwrng._exceptions import HwrngWarning, InvalidArgumentError, MeshError, TrackerError
 from hwrng._formulas import Collision, Formula, collisions, linear_formula
 from hwrng._mesh import check_sizes, require_known
-from hwrng._plan import ANY_STATE, SeedDim, Seeding
+from hwrng._plan import ANY_STATE, DEVICE_STREAMS, SeedDim, Seeding
 from hwrng._platform import Platform
 from hwrng._registry import platform_in_force
 from hwrng._seeding import apply_seeding, manual_seed
@@ -612,11 +612,17 @@ def slapo_set_random_seed(
 
     With a ``tp_rank``, the default device generator gets :attr:`SlapoSeeds.default`
     and ``tracker`` (default: :func:`get_rng_tracker`) is reset to hold
-    ``"model-parallel-rng"``. slapo's ``100*pp + 10*dp`` gives ranks one seed
-    from a dp rank of 10 (``(pp=0, dp=10)`` and ``(pp=1, dp=0)``): as
-    :func:`megatron_manual_seed`, such a layout draws an
-    :class:`~hwrng.HwrngWarning`, and ``collision_free=True`` (with ``sizes``)
-    seeds with hwrng's formulas instead.
+    ``"model-parallel-rng"``. With ``always_enable_tp_seed`` (slapo's option
+    for sequence parallelism) that is the tensor-parallel seed, and the plan
+    records it (:meth:`~hwrng.Seeding.device_dims`), so :func:`hwrng.verify`
+    judges the devices' streams along ``tp`` too -- on the CPU, whose one
+    device is torch's CPU generator, that stream is ``torch.cpu``.
+
+    slapo's ``100*pp + 10*dp`` gives ranks one seed from a dp rank of 10
+    (``(pp=0, dp=10)`` and ``(pp=1, dp=0)``): as :func:`megatron_manual_seed`,
+    such a layout draws an :class:`~hwrng.HwrngWarning`, and
+    ``collision_free=True`` (with ``sizes``) seeds with hwrng's formulas
+    instead.
 
     Returns
     -------
@@ -640,6 +646,8 @@ def slapo_set_random_seed(
     if tp_rank is not None:  # known: recorded (weight 0) for hwrng.verify to judge named states
         along = formulas[MEGATRON_MODEL_PARALLEL_RNG].along
         named = ((f"{target.name}/{MEGATRON_MODEL_PARALLEL_RNG}", along), (ANY_STATE, along))
+        if always_enable_tp_seed:  # the devices take the tensor-parallel seed: recorded
+            named += ((DEVICE_STREAMS, along),)
     source = "slapo (collision-free)" if collision_free else "slapo"
     plan = Seeding(check_seed(seed), tuple(dims), resolved.name, source, named=named)
     apply_seeding(plan, resolved)

@@ -80,6 +80,35 @@ def hwrng_platforms():
 """
 
 
+STALLING_BACKEND = """import os
+import time
+from typing import ClassVar
+
+import hwrng
+from hwrng.backends.cpu import CPUPlatform
+
+
+class StallingCPU(CPUPlatform):
+    # the CPU, except that rank 1 stalls in the named-state fork just before hwrng.verify
+    name: ClassVar[str] = "stallcpu"
+    priority: ClassVar[int] = -50
+
+    @property
+    def device_type(self):
+        return "cpu"
+
+    def swap_in(self, generator, state):
+        if os.environ.get("RANK") == "1":
+            time.sleep(6)
+        return super().swap_in(generator, state)
+
+
+@hwrng.hookimpl
+def hwrng_platforms():
+    return [StallingCPU()]
+"""
+
+
 def _check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hwrng", "check", *args],
@@ -210,9 +239,26 @@ def test_a_rank_that_crashes_exits_3_with_one_line_and_json(tmp_path: Path) -> N
     assert document["ok"] is False and "boom on rank 1" in document["error"]
 
 
+def test_check_passes_its_timeout_to_verify(tmp_path: Path) -> None:
+    """Rank 1 stalls 6 s before verify: with --timeout 3 rank 0 names it within seconds."""
+    write_distribution(
+        tmp_path, "stallcpu-hwrng", "0.1", "stallcpu_hwrng", STALLING_BACKEND, "stallcpu"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    args = ("--backend", "stallcpu", "--nproc", "2", "--mesh", "dp=2", "--timeout", "3", "--json")
+    result = _check(*args, env=env)
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
+    error = json.loads(result.stdout)["error"]
+    assert (
+        "DistributedError: hwrng.verify over all 2 ranks: not every rank arrived within " in error
+    )
+    assert "timeout=3 s; did not arrive: rank 1" in error, error
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["--timeout", "0"], "argument --timeout: must be a positive number of seconds, got 0"),
         (["--nproc", "0"], "argument --nproc: must be >= 1, got 0"),
         (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
         (["--nosuch"], "unrecognized arguments: --nosuch"),

@@ -295,6 +295,16 @@ def _from_source(module: str, rest: list[str]) -> Expected | None:
     return Expected(sources=dict(_defaults(node)))
 
 
+def _attribute(obj: Any, part: str) -> Any:
+    """``obj.part`` as stored; a module's name exported lazily (its ``__getattr__``) as read."""
+    try:
+        return inspect.getattr_static(obj, part)
+    except AttributeError:
+        if inspect.ismodule(obj):
+            return getattr(obj, part)
+        raise
+
+
 def _expected(identifier: str) -> Expected | None:
     """The real parameters of the object the reference names ``identifier``; None if none."""
     module, rest = _import_prefix(identifier.split("."))
@@ -303,7 +313,7 @@ def _expected(identifier: str) -> Expected | None:
         return _from_source(rest, identifier.split(".")[len(rest.split(".")) :])
     obj = module
     for part in rest:
-        obj = inspect.getattr_static(obj, part)
+        obj = _attribute(obj, part)
     if isinstance(obj, (staticmethod, classmethod)):
         obj = obj.__func__
     if not callable(obj) or inspect.ismodule(obj):

@@ -12,7 +12,8 @@ under several apart keys.
 ``Job`` describes a simulated job: a mesh, the dims its plan shards, and the
 bug its seeding has; ``observations`` gives what each rank would report for
 three streams of verify -- a plan stream (replicas agree, shards differ), a
-named state (shards differ), and a DTensor stream (one observation per mesh).
+named state (shards differ), and a DTensor stream (one observation per mesh:
+its ranks must draw alike, whatever seed each takes).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ BUGS = (
     "wrong dims",  # sharded along other dims than the plan says
     "out of step",  # one rank drew one DTensor op more on a mesh
     "empty",  # some shards are empty: they match nothing
+)
+#: Bugs of seeds wider than torch's CPU seeding, which keys its Mersenne Twister with the low
+#: 32 bits: judged on real ranks by what they draw (the simulation has no such generator).
+SEED_WIDTH_BUGS = (
+    "high bits",  # shards differ only above bit 32: torch draws alike on all of them
+    "replicas above bit 32",  # replicas differ only above bit 32: torch draws alike, random not
 )
 
 
@@ -77,6 +84,8 @@ class Job:
             "wrong dims": lambda: linear_index(
                 [c[d] for d in self.dims], [self.sizes[d] for d in self.dims]
             ),
+            "high bits": lambda: self.expected(rank) * 2**32,
+            "replicas above bit 32": lambda: self.expected(rank) + self.replica(rank) * 2**32,
         }
         if self.bug in formulas:
             return 1000 + formulas[self.bug]()
@@ -88,6 +97,12 @@ class Job:
         if self.bug == "deviant" and rank == self.ranks[0]:
             return 999_999
         return 1000 + self.expected(rank)
+
+    def replica(self, rank: int) -> int:
+        """The linear index over the dims the plan does not shard (which replica ``rank`` is)."""
+        c = self.coordinate(rank)
+        rest = [d for d in range(len(self.sizes)) if d not in self.sharded]
+        return linear_index([c[d] for d in rest], [self.sizes[d] for d in rest])
 
     def observations(self, rank: int) -> list[list[Observation]]:
         """What ``rank`` reports: a plan stream, a named state, a DTensor stream."""
@@ -112,7 +127,7 @@ class Job:
             expected_seed = 1000 + stage_seed
             drawn = expected_seed if seed == 1000 + self.expected(rank) else seed
             apart = word("seed", expected_seed)
-            found.append(Observation(word(drawn, offset), word(mesh, apart), apart))
+            found.append(Observation(word(drawn, offset), word(mesh), apart))
         return found
 
 

@@ -312,6 +312,10 @@ class RNGState:
         file of the last save, if another run removed it meanwhile, is written
         again.
 
+        Nothing happens (and nothing is communicated) without a ``directory``
+        (DCP: nothing to remove), or when no :meth:`state_dict` has written a
+        set since the last commit (every rank alike: saving is collective).
+
         Parameters
         ----------
         checkpoint
@@ -320,10 +324,6 @@ class RNGState:
             holds ``directory`` is in reach (``trainer.pt`` beside
             ``trainer.pt.hwrng``); pass it when the trainer's files are kept
             elsewhere.
-
-        Nothing happens (and nothing is communicated) without a ``directory``
-        (DCP: nothing to remove), or when no :meth:`state_dict` has written a
-        set since the last commit (every rank alike: saving is collective).
         """
         if self.directory is None or self._saved is None:
             return

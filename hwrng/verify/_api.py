@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hwrng._collectives import Comm, digest62, digest_of, rank_and_size
+from hwrng._collectives import MESSAGE_BYTES, Comm, digest62, digest_of, rank_and_size
+from hwrng._exceptions import MeshError
 from hwrng._mesh import MeshLayout, mesh_tensor
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
 from hwrng._registry import platform_in_force
 from hwrng._seeding import current_seeding
+from hwrng.verify._arrival import DEFAULT_TIMEOUT, arrive, check_timeout
 from hwrng.verify._judging import Judged, judging
+from hwrng.verify._meshes import IRREGULAR
 from hwrng.verify._report import StreamVerdict, VerifyReport
 from hwrng.verify._rule import Observation
 from hwrng.verify._setup import (
+    Agreed,
     agree_on,
     check_arguments,
     comparison_mesh,
@@ -26,8 +32,10 @@ from hwrng.verify._setup import (
     union_of_names,
 )
 from hwrng.verify._streams import (
+    DTENSOR_STREAM,
     SHARDS_DIFFER,
     STATE_PREFIX,
+    DTensorView,
     check_stream_names,
     expectation_of,
     keys_for,
@@ -67,6 +75,8 @@ class _Fingerprint:
     groups: list[int]
     seeding: Seeding | None  # the plan the keys came from (None with sharded_dims)
     preset: str | None
+    dtensor: DTensorView
+    kinds_message: str
 
 
 def _fingerprint(
@@ -81,7 +91,7 @@ def _fingerprint(
     """Everything this rank sends; may raise (the caller turns that into a setup failure)."""
     seeding = plan if sharded_dims is None else None
     keys = keys_for(seeding, mesh, sharded_dims)
-    streams = rank_streams(platform, plan, seeding, keys.replica, mesh)
+    streams, view = rank_streams(platform, plan, seeding, keys.replica, mesh)
     held = {s.name: s.observations for s in streams}
     if wanted is not None:
         held = {name: obs for name, obs in held.items() if name in wanted}
@@ -108,7 +118,20 @@ def _fingerprint(
         groups,
         seeding,
         preset,
+        view,
+        _kinds_message(view.kinds),
     )
+
+
+def _kinds_message(kinds: Sequence[str]) -> str:
+    """The kinds of DTensor mesh this rank used, as one broadcast message (refused if longer)."""
+    text = json.dumps(list(kinds))
+    if len(text.encode()) > MESSAGE_BYTES:
+        raise MeshError(
+            f"this rank ran DTensor ops on {len(kinds)} kinds of mesh, more than verify can "
+            f"tell the others about in one message ({MESSAGE_BYTES} bytes): pass mesh="
+        )
+    return text
 
 
 def verify(
@@ -118,6 +141,7 @@ def verify(
     streams: Iterable[str] | None = None,
     group: dist.ProcessGroup | None = None,
     platform: Platform | str | None = None,
+    timeout: float | datetime.timedelta = DEFAULT_TIMEOUT,
 ) -> VerifyReport:
     """Check every RNG stream of every rank against the seed plan: every pair of ranks.
 
@@ -125,7 +149,12 @@ def verify(
     streams are read, never drawn from. It never leaves a peer waiting: a rank
     that cannot build its observations (no plan in force, a mesh it is not in,
     ...) still joins the collectives, and every rank gets the same report,
-    failing with ``setup failed on rank r: ...``.
+    failing with ``setup failed on rank r: ...``. Nor does it wait forever:
+    before any collective the ranks meet through the job's rendezvous store,
+    and ranks that called it over different groups get a failing report
+    naming the mismatch; ranks that do not arrive within ``timeout`` are
+    named in the error the others raise (see "Never waiting forever" in the
+    documentation).
 
     Every pair of ranks is judged -- ranks that should be replicas must hold
     equal streams, ranks that should differ must not -- whatever mesh dims
@@ -160,6 +189,11 @@ def verify(
     platform
         Whose devices to read; by default the plan's platform, else
         :func:`hwrng.get_platform`'s choice.
+    timeout
+        Seconds (or a :class:`datetime.timedelta`) to wait for every rank to
+        arrive, and for each collective after that -- on the whole group and
+        on each mesh dim's group, whatever timeout those groups were made with.
+        By default 5 minutes (torch's process groups wait 30).
 
     Returns
     -------
@@ -177,19 +211,35 @@ def verify(
     ------
     DistributedError
         On every rank, before any collective, if ``torch.distributed`` is not
-        initialised; on a rank outside ``group`` (which must not call it).
+        initialised; on a rank outside ``group`` (which must not call it). On
+        every rank that arrived, within ``timeout``, if some rank of the group
+        did not (naming it), and on a rank that arrives after the others gave
+        up; if a collective does not complete within ``timeout`` (a rank
+        stopped inside verify).
     MeshError
         On every rank, before any collective, if ``mesh`` is not a DeviceMesh
         or ``sharded_dims`` are malformed or given without a mesh.
     InvalidArgumentError
         On every rank, before any collective, if ``streams`` is not a list of
-        distinct names.
+        distinct names, or ``timeout`` is neither seconds nor a timedelta.
+    InvalidValueError
+        On every rank, before any collective, if ``timeout`` is not positive
+        and finite.
     """
     dims = check_arguments(mesh, sharded_dims, group)
     wanted = check_stream_names(streams)
+    seconds = check_timeout(timeout)
     plan = current_seeding()
     resolved = platform_in_force(platform)
-    whole = Comm(group, resolved)
+    whole = Comm(group, resolved, timeout=seconds)
+    mismatch = arrive(whole, seconds)
+    if mismatch is not None:
+        verdict = StreamVerdict(
+            "setup", "every rank calls verify over the same group", (mismatch.text,), mismatch.ranks
+        )
+        named = tuple((r, {"rank": r}) for r in mismatch.ranks)
+        me = whole.global_rank(whole.rank)
+        return VerifyReport(me, whole.size, (verdict,), named, "unknown (the ranks' groups differ)")
     failure = ""
     mine: _Fingerprint | None = None
     comparison = None
@@ -207,6 +257,7 @@ def verify(
             "plan": mine.plan if mine is not None else 0,
             "stream names": digest_of(mine.names) if mine is not None else 0,
             "mesh": _mesh_word(comparison),
+            "dtensor meshes": digest_of(mine.dtensor.kinds) if mine is not None else 0,
         },
     )
     layout = mine.layout if mine is not None else None
@@ -214,20 +265,33 @@ def verify(
     if agreed.failed:
         return _setup_failed(whole, failure if mine is None else None, fallback)
     assert mine is not None  # no rank failed, this one included
-    words = mine.plan_words
+    held = _agreed_setup(whole, agreed, mine, wanted, fallback)
+    if isinstance(held, StreamVerdict):
+        return _report(whole, [held], fallback, mine.plan_words)
+    topology = fallback
+    if comparison is not None and agreed.same["mesh"]:
+        topology = over_mesh(comparison, whole, resolved, layout, timeout=seconds)
+    return _judge(whole, topology, mine, *held)
+
+
+def _agreed_setup(
+    whole: Comm, agreed: Agreed, mine: _Fingerprint, wanted: list[str] | None, fallback: Topology
+) -> StreamVerdict | tuple[list[str], list[str]]:
+    """What every rank must hold alike, checked.
+
+    Returns a failing verdict, or the names of the streams and the kinds of
+    DTensor mesh some rank used.
+    """
     if not agreed.same["streams asked"]:
         problems, ranks = name_minority(whole, mine.wanted, "the streams asked for", fallback.name)
-        verdict = StreamVerdict("setup", "every rank checks the same streams", problems, ranks)
-        return _report(whole, [verdict], fallback, words)
+        return StreamVerdict("setup", "every rank checks the same streams", problems, ranks)
     if not agreed.same["plan"]:
         problems, ranks = name_minority(whole, mine.plan, "the seed plan", fallback.name)
-        verdict = StreamVerdict("plan", "every rank holds the same seed plan", problems, ranks)
-        return _report(whole, [verdict], fallback, words)
+        return StreamVerdict("plan", "every rank holds the same seed plan", problems, ranks)
     if mine.groups:
         found = group_problems(whole, mine.groups, fallback.name)
         if found is not None:
-            verdict = StreamVerdict("plan", "every rank holds the same seed plan", *found)
-            return _report(whole, [verdict], fallback, words)
+            return StreamVerdict("plan", "every rank holds the same seed plan", *found)
     names = (
         mine.names
         if agreed.same["stream names"]
@@ -236,20 +300,49 @@ def verify(
     missing = [] if isinstance(names, str) or wanted is None else sorted(set(wanted) - set(names))
     if isinstance(names, str) or missing:
         text = names if isinstance(names, str) else f"no rank holds stream(s) {missing}"
-        verdict = StreamVerdict("setup", "every stream asked for is held", (text,))
-        return _report(whole, [verdict], fallback, words)
-    topology = fallback
-    if comparison is not None and agreed.same["mesh"]:
-        topology = over_mesh(comparison, whole, resolved, layout)
-    observations = [mine.observations.get(name, ()) for name in names]
+        return StreamVerdict("setup", "every stream asked for is held", (text,))
+    kinds: list[str] | str = list(mine.dtensor.kinds)
+    if not agreed.same["dtensor meshes"]:
+        kinds = union_of_names(
+            whole,
+            mine.dtensor.kinds,
+            mine.kinds_message,
+            key=str,
+            what="sets of DTensor mesh kinds: pass mesh= to judge the DTensor stream on one mesh",
+        )
+    if isinstance(kinds, str):
+        return StreamVerdict("setup", "every DTensor mesh is judged", (kinds,))
+    return names, kinds
+
+
+def _judge(
+    whole: Comm, topology: Topology, mine: _Fingerprint, names: list[str], kinds: list[str]
+) -> VerifyReport:
+    """Judge every stream, the DTensor stream on every mesh of the kinds some rank used."""
+    view = mine.dtensor
+    members = set(whole.global_ranks()) if whole.group is not None else range(whole.size)
+    meshes = sorted({*view.recorded, *view.missing(kinds, members)})
+    observations = [
+        tuple(view.observe(m) for m in meshes)
+        if name == DTENSOR_STREAM
+        else mine.observations.get(name, ())
+        for name in names
+    ]
     replica = Observation(mine.replica, mine.replica, mine.replica)
+    seeds = tuple(view.seeds(m) for m in meshes)
     outcome = drive(
-        judging([*observations, (replica,)], topology.place, topology.name, shown=SHOWN),
+        judging([*observations, (replica,), seeds], topology.place, topology.name, shown=SHOWN),
         whole,
         topology.lines,
     )
-    verdicts = _stream_verdicts(names, outcome.judged, mine)
-    return _report(whole, verdicts, topology, words)
+    verdicts = _stream_verdicts(
+        names,
+        outcome.judged,
+        mine,
+        seeds_split=not outcome.judged[-1].ok,
+        irregular=IRREGULAR in kinds,
+    )
+    return _report(whole, verdicts, topology, mine.plan_words)
 
 
 def _mesh_word(mesh: Any) -> int:
@@ -261,12 +354,23 @@ def _mesh_word(mesh: Any) -> int:
 
 
 def _stream_verdicts(
-    names: list[str], judged: list[Judged], mine: _Fingerprint
+    names: list[str],
+    judged: list[Judged],
+    mine: _Fingerprint,
+    *,
+    seeds_split: bool,
+    irregular: bool,
 ) -> list[StreamVerdict]:
-    replicas_exist = judged[-1].compared_equal
+    replicas_exist = judged[len(names)].compared_equal
     verdicts = []
     for name, found in zip(names, judged, strict=False):
         unjudged = ""
+        if name == DTENSOR_STREAM and irregular:
+            unjudged = (
+                "a rank ran DTensor ops on a mesh whose ranks form no grid of global ranks, "
+                "so its members that ran none there (or re-seeded since) could not be found; "
+                "pass mesh= to judge every rank on one mesh"
+            )
         if (
             expectation_of(name) == SHARDS_DIFFER
             and mine.preset is not None
@@ -283,6 +387,8 @@ def _stream_verdicts(
             problems += (f"... and {found.hidden} more violation(s) not shown",)
         if found.alike and mine.seeding is not None:
             problems += _formula_cause(name, mine.seeding)
+        if name == DTENSOR_STREAM and seeds_split and not found.ok:
+            problems += (_mesh_seeds_cause(mine.preset),)
         verdicts.append(
             StreamVerdict(
                 name,
@@ -295,6 +401,17 @@ def _stream_verdicts(
             )
         )
     return verdicts
+
+
+def _mesh_seeds_cause(preset: str | None) -> str:
+    """Why the ranks of one mesh draw with different seeds."""
+    plan = preset if preset is not None else "the seed plan"
+    return (
+        f"cause: ranks of one mesh take different DTensor seeds from {plan}: it tells its "
+        "terms apart only outside a mesh, and a mesh smaller than the job is taken to lie "
+        "within one pipeline stage, but this one spans stages (or replicas); run DTensor ops "
+        "on meshes within one stage, or seed with hwrng.manual_seed on the job's mesh"
+    )
 
 
 def _formula_cause(name: str, plan: Seeding) -> tuple[str, ...]:

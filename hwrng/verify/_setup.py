@@ -12,7 +12,7 @@ reduction and one broadcast per distinct list of names.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,12 +160,20 @@ def names_message(names: Sequence[str]) -> str:
     return text
 
 
-def union_of_names(whole: Comm, names: Sequence[str], message: str) -> list[str] | str:
-    """Every stream name some rank holds, in the report's order; or why not, in words.
+def union_of_names(
+    whole: Comm,
+    names: Sequence[str],
+    message: str,
+    *,
+    key: Callable[[str], Any] = order,
+    what: str = "lists of streams: pass streams=[...] to name the ones to check",
+) -> list[str] | str:
+    """Every name some rank holds, sorted by ``key`` (the report's order); or why not, in words.
 
     ``message`` is :func:`names_message` of ``names``, made before any collective.
     One reduction per distinct list of names, and one broadcast from the lowest
-    rank holding each (at most :data:`DISTINCT_NAME_LISTS` lists).
+    rank holding each (at most :data:`DISTINCT_NAME_LISTS` lists). ``what``
+    completes the message of too many lists.
     """
     mine = digest_of(list(names))
     found: set[str] = set()
@@ -174,14 +182,11 @@ def union_of_names(whole: Comm, names: Sequence[str], message: str) -> list[str]
         pending = mine > last
         high = whole.max([int(pending)], negated=[mine if pending else WORD_LIMIT - 1])
         if not high[0]:
-            return sorted(found, key=order)
+            return sorted(found, key=key)
         if lists == DISTINCT_NAME_LISTS:
             break
         lowest = high[1]
         (holder,) = whole.max([], negated=[whole.rank if mine == lowest else whole.size])
         found.update(json.loads(whole.broadcast_text(message, holder)))
         last = lowest
-    return (
-        f"ranks hold more than {DISTINCT_NAME_LISTS} different lists of streams: pass "
-        "streams=[...] to name the ones to check"
-    )
+    return f"ranks hold more than {DISTINCT_NAME_LISTS} different {what}"

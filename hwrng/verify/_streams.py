@@ -27,16 +27,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
-from hwrng._collectives import digest62, digest_of
+from hwrng._collectives import digest62, digest_of, rank_and_size
 from hwrng._exceptions import InvalidArgumentError, MeshError
 from hwrng._host import host_generator
 from hwrng._mesh import MeshLayout, linear_index, mesh_tensor, require_known
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
+from hwrng._state_digest import mersenne_state_digest
 from hwrng._states import live_trackers
 from hwrng.dtensor._meshes import meshes_in_use
+from hwrng.verify._meshes import IRREGULAR, instance_of, kind_of, rank_set
 from hwrng.verify._rule import Observation
 
 __all__ = [
@@ -148,18 +149,37 @@ def keys_for(seeding: Seeding | None, mesh: Any, sharded_dims: Sequence[str] | N
     return Keys(digest_of(replica), digest_of(identity), seeding.describe(), known)
 
 
-def _tensor_digest(tensor: torch.Tensor) -> int:
-    return digest62(tensor.detach().cpu().contiguous().numpy())
+def _draws(digest: bytes) -> int:
+    """A state digest (what the state will draw) as a word to compare."""
+    return digest62(digest)
 
 
-def _host_and_device(platform: Platform) -> list[tuple[str, int]]:
-    found = [("torch.cpu", _tensor_digest(host_generator().get_state()))]
+def _host_and_device(platform: Platform) -> list[tuple[str, int, bool]]:
+    """``(name, digest, whether it is a device's default generator)`` of each generator."""
+    # torch's CPU generator: what it draws (its Mersenne state), not the 64-bit seed it
+    # stores, whose high 32 bits torch's own seeding ignores
+    host = mersenne_state_digest(host_generator().get_state())
+    found = [("torch.cpu", _draws(host), platform.uses_host_generator)]
     if platform.uses_host_generator:
         return found
     for index in range(platform.device_count()):
         state = platform.generator(index).get_state()
-        found.append((f"{platform.device_type}:{index}", _tensor_digest(state)))
+        digest = _draws(platform.state_digest(state))
+        found.append((f"{platform.device_type}:{index}", digest, True))
     return found
+
+
+def _device_key(seeding: Seeding | None, replica: int) -> int:
+    """The replica key of the devices' default generators.
+
+    The plan's, unless a preset seeded them along other dims (slapo's
+    ``always_enable_tp_seed``).
+    """
+    dims = seeding.device_dims() if seeding is not None else None
+    if seeding is None or dims is None:
+        return replica
+    coordinates = {d.name: d.coordinate for d in seeding.dims}
+    return digest_of([(d, coordinates.get(d)) for d in dims])
 
 
 def _libraries() -> list[tuple[str, int]]:
@@ -190,54 +210,114 @@ def _named(seeding: Seeding | None, replica: int) -> list[Stream]:
         for state_name, state in tracker.get_states().items():
             name = f"{STATE_PREFIX}{tracker_name}/{state_name}"
             apart = named_apart(name, seeding)
-            observation = Observation(
-                _tensor_digest(state), None, replica if apart is None else apart
-            )
+            digest = _draws(tracker.platform.state_digest(state))
+            observation = Observation(digest, None, replica if apart is None else apart)
             streams.append(Stream(name, (observation,)))
     return streams
 
 
-def _dtensor(platform: Platform, seeding: Seeding | None, mesh: Any) -> Stream:
-    """One observation per mesh of several ranks this rank ran DTensor random ops on.
+@dataclass(frozen=True)
+class DTensorView:
+    """A rank's DTensor stream: where its next op on each mesh draws, and the meshes it used.
 
-    The ranks of a mesh must sit at the same offset; the seed each mesh draws
-    with (from the plan) says which meshes must draw apart. A mesh of one rank
-    has no peer to agree with: its draws are the rank's own, judged with its
-    device's stream.
+    The ranks of a mesh must draw a replicated op alike, so they must sit at
+    the same position of the same seed, whatever seed each of them derives
+    from the plan; meshes whose seeds differ must draw apart. A mesh of one
+    rank has no peer to agree with: its draws are the rank's own, judged with
+    its device's stream. A rank that ran no op on a mesh some rank used (or
+    re-seeded since) is observed all the same, where its next op there would
+    draw (:meth:`missing`).
+
+    Attributes
+    ----------
+    rank
+        This process's global rank.
+    seeding
+        The plan in force (``None``: seeded by other means, each rank draws
+        with its own seed).
+    own_seed, offset
+        Where the device's default generator sits.
+    recorded
+        The rank sets of the meshes (of two ranks or more) to observe: those
+        DTensor ops ran on since the plan was made, or the ``mesh`` passed.
+    kinds
+        The kinds of those meshes (see ``_meshes``); empty with ``mesh`` given.
     """
+
+    rank: int
+    seeding: Seeding | None
+    own_seed: int
+    offset: int
+    recorded: tuple[tuple[int, ...], ...]
+    kinds: tuple[str, ...]
+
+    def _seed_key(self, ranks: tuple[int, ...]) -> tuple[int, int]:
+        """``(the seed key of the mesh, the seed its ops draw with)``."""
+        plan = self.seeding
+        if plan is None:  # seeded by other means: each mesh's ranks should still agree
+            return 0, self.own_seed
+        seed = plan.dtensor_seed_of(ranks)
+        # on the plan's stream, ops draw with the mesh's seed; re-seeded, with the rank's own
+        return digest_of(seed), seed if self.own_seed == plan.rank_seed else self.own_seed
+
+    def observe(self, ranks: tuple[int, ...]) -> Observation:
+        """What this rank's next op on the mesh over ``ranks`` (a rank set) draws."""
+        seed_key, drawn = self._seed_key(ranks)
+        return Observation(digest_of(drawn, self.offset), digest_of("mesh", ranks), seed_key)
+
+    def seeds(self, ranks: tuple[int, ...]) -> Observation:
+        """The seed this rank takes for the mesh: ranks of one mesh must take one."""
+        seed_key, _ = self._seed_key(ranks)
+        return Observation(seed_key, digest_of("mesh", ranks), 0)
+
+    def missing(self, kinds: Iterable[str], members: Any) -> tuple[tuple[int, ...], ...]:
+        """The meshes of ``kinds`` this rank belongs to and holds no record of.
+
+        ``members`` holds the judged ranks: a mesh reaching beyond them is not
+        one of this job's.
+        """
+        found = []
+        for kind in kinds:
+            if kind == IRREGULAR:
+                continue
+            ranks = instance_of(self.rank, kind)
+            if ranks not in self.recorded and all(r in members for r in ranks):
+                found.append(ranks)
+        return tuple(sorted(set(found)))
+
+
+def dtensor_view(platform: Platform, seeding: Seeding | None, mesh: Any) -> DTensorView:
+    """The :class:`DTensorView` of this rank (nothing is drawn or changed)."""
     own_seed, offset = platform.counter.peek(platform.generator())
     meshes = [mesh] if mesh is not None else meshes_in_use()
-    observations = []
-    for used in meshes:
-        ranks = mesh_tensor(used)
-        if len(ranks) < 2:
-            continue
-        if seeding is None:  # seeded by other means: each mesh's ranks should still agree
-            seed_key, drawn = 0, own_seed
-        else:
-            seed = seeding.dtensor_seed(used)
-            seed_key = digest_of(seed)
-            # on the plan's stream, ops draw with the mesh's seed; re-seeded, with the rank's own
-            drawn = seed if own_seed == seeding.rank_seed else own_seed
-        digest = digest_of(drawn, offset)
-        observations.append(Observation(digest, digest62(ranks, repr(seed_key).encode()), seed_key))
-    return Stream(DTENSOR_STREAM, tuple(observations))
+    recorded = sorted({rank_set(mesh_tensor(used).tolist()) for used in meshes})
+    recorded = [ranks for ranks in recorded if len(ranks) > 1]
+    kinds = () if mesh is not None else tuple(sorted({kind_of(r) for r in recorded}))
+    rank = rank_and_size()[0]
+    return DTensorView(rank, seeding, own_seed, offset, tuple(recorded), kinds)
 
 
 def rank_streams(
     platform: Platform, plan: Seeding | None, seeding: Seeding | None, replica: int, mesh: Any
-) -> list[Stream]:
-    """Every stream this rank holds, observed (nothing is drawn or changed).
+) -> tuple[list[Stream], DTensorView]:
+    """Every stream this rank holds, observed (nothing is drawn or changed), and its DTensor view.
 
     ``plan`` is the plan in force (the DTensor stream's seeds come from it);
     ``seeding`` the plan the keys come from (``None`` where ``sharded_dims``
     give them), which may say what named states differ along.
     """
-    both_ways = [
-        Stream(name, (Observation(digest, replica, replica),))
-        for name, digest in [*_host_and_device(platform), *_libraries()]
+    device = _device_key(seeding, replica)
+    generators = [
+        Stream(name, (Observation(digest, key, key),))
+        for name, digest, on_device in _host_and_device(platform)
+        for key in [device if on_device else replica]
     ]
-    return [*both_ways, *_named(seeding, replica), _dtensor(platform, plan, mesh)]
+    libraries = [
+        Stream(name, (Observation(digest, replica, replica),)) for name, digest in _libraries()
+    ]
+    view = dtensor_view(platform, plan, mesh)
+    dtensor = Stream(DTENSOR_STREAM, tuple(view.observe(r) for r in view.recorded))
+    return [*generators, *libraries, *_named(seeding, replica), dtensor], view
 
 
 def check_stream_names(chosen: Iterable[str] | None) -> list[str] | None:

@@ -50,9 +50,18 @@ class Topology:
 
 
 def over_mesh(
-    mesh: DeviceMesh, whole: Comm, platform: Platform | None, layout: MeshLayout | None = None
+    mesh: DeviceMesh,
+    whole: Comm,
+    platform: Platform | None,
+    layout: MeshLayout | None = None,
+    *,
+    timeout: float | None = None,
 ) -> Topology:
-    """Axes along each dim of size > 1 of ``mesh``, which must hold every rank of ``whole``."""
+    """Axes along each dim of size > 1 of ``mesh``, which must hold every rank of ``whole``.
+
+    ``timeout`` bounds each collective along a dim (see :class:`~hwrng._collectives.Comm`),
+    whatever timeout the mesh's groups were made with.
+    """
     import torch.distributed as dist
 
     coordinate = mesh.get_coordinate()
@@ -69,7 +78,7 @@ def over_mesh(
             index = (*coordinate[:d], slice(None), *coordinate[d + 1 :])
             ranks = grid[index].tolist()
             positions = tuple(int(dist.get_group_rank(group, int(r))) for r in ranks)
-        lines.append(Line(Comm(group, platform), positions))
+        lines.append(Line(Comm(group, platform, timeout=timeout), positions))
     place = Place(
         whole.global_rank(whole.rank),
         whole.rank,

@@ -21,7 +21,7 @@ from typing import Any
 
 from hwrng._cli._arguments import parse_dims, parse_mesh, positive
 from hwrng._cli._status import EXIT_FAILED, EXIT_PASSED, STATUS_WORDS
-from hwrng._cli.check._job import default_mesh, run_rank
+from hwrng._cli.check._job import DEFAULT_TIMEOUT_S, default_mesh, run_rank
 from hwrng._cli.check._launcher import (
     check_launcher_environment,
     local_ranks,
@@ -37,6 +37,22 @@ from hwrng.hookspecs import hookimpl
 from hwrng.testing import DistributedPool, WorkerError
 
 __all__ = ["cpu_rank_limit", "hwrng_register_commands", "run_check"]
+
+
+#: Seconds a rank's run may take beyond ``--timeout``: its own work (seeding, drawing, a model),
+#: so that a rank waiting for another is named by verify's timeout, not by the pool's.
+RUN_SLACK_S = 60.0
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
 
 
 def cpu_rank_limit() -> int:
@@ -113,7 +129,9 @@ def run_check(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if under_torchrun():
         try:
-            report, ok = run_in_torchrun(mesh, sharded, args.seed, platform.name, backend)
+            report, ok = run_in_torchrun(
+                mesh, sharded, args.seed, platform.name, backend, timeout=args.timeout
+            )
         except Exception as error:  # torchrun stops the other ranks when this one exits
             raise WorkerError(
                 f"rank {os.environ.get('RANK', '?')} crashed: {type(error).__name__}: {error}"
@@ -124,12 +142,16 @@ def run_check(args: argparse.Namespace) -> int:
             with (
                 _ranks_stdout_discarded(),
                 DistributedPool(
-                    nproc, backend=backend, platform=platform.name, timeout=300, progress=progress
+                    nproc,
+                    backend=backend,
+                    platform=platform.name,
+                    timeout=args.timeout + RUN_SLACK_S,
+                    progress=progress,
                 ) as pool,
             ):
                 if progress is not None:
                     progress("seeding, drawing and verifying on every rank")
-                results = pool.run(run_rank, mesh, sharded, args.seed, platform.name)
+                results = pool.run(run_rank, mesh, sharded, args.seed, platform.name, args.timeout)
         except WorkerError as error:
             raise WorkerError(error.summary()) from error
         except (OSError, RuntimeError) as error:  # the rendezvous or a process could not start
@@ -175,5 +197,14 @@ def hwrng_register_commands(subcommands: argparse._SubParsersAction[Any]) -> Non
         help="sharded dims, slowest first (default: pp,tp)",
     )
     check.add_argument("--seed", type=int, default=123, help="the job's seed (default 123)")
+    check.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long a rank waits for the others: in hwrng.verify and in each collective "
+        f"(default {DEFAULT_TIMEOUT_S:g}); starting the ranks and each rank's run may take "
+        f"{RUN_SLACK_S:g} s more",
+    )
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(func=run_check)

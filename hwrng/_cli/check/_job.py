@@ -39,7 +39,10 @@ from hwrng.verify._rule import Observation
 from hwrng.verify._topology import over_mesh
 from hwrng.verify._wire import drive
 
-__all__ = ["default_mesh", "run_rank"]
+__all__ = ["DEFAULT_TIMEOUT_S", "default_mesh", "run_rank"]
+
+#: Seconds ``hwrng check`` waits, by default, for its ranks (each run, ``verify``, each collective).
+DEFAULT_TIMEOUT_S = 300.0
 
 PIPELINE_DIM = "pp"
 TENSOR_PARALLEL_DIM = "tp"
@@ -150,7 +153,7 @@ def _word(tensor: torch.Tensor) -> tuple[int, int]:
     return digest62(data), tensor.numel()
 
 
-def _draw(mesh: Any, platform: Any, seed: int, sharded: list[str]) -> _Drawn:
+def _draw(mesh: Any, platform: Any, seed: int, sharded: list[str], timeout: float) -> _Drawn:
     """Seed, draw and verify on this rank (every rank runs the same)."""
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
@@ -203,7 +206,7 @@ def _draw(mesh: Any, platform: Any, seed: int, sharded: list[str]) -> _Drawn:
         uninstall()
     with tracker.fork():
         local = _word(torch.nn.functional.dropout(torch.ones(64, device=platform.device())))[0]
-    report = hwrng.verify()
+    report = hwrng.verify(timeout=timeout)
     del tracker
     return _Drawn(my_seed, coordinate, ops, params, output, local, report)
 
@@ -249,13 +252,18 @@ def _verdict(what: str, judged: Judged, detail: str) -> Verdict:
 
 
 def run_rank(
-    mesh_sizes: dict[str, int], sharded: list[str], seed: int, platform_name: str
+    mesh_sizes: dict[str, int],
+    sharded: list[str],
+    seed: int,
+    platform_name: str,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> dict[str, Any]:
     """What every rank runs: seed, draw, verify, judge with the others; the report as a dict.
 
     The ranks judge together, every pair of them (see
     :mod:`hwrng.verify._judging`): no rank gathers the others' results, and every rank
-    returns the same report.
+    returns the same report. ``timeout`` (seconds) bounds ``verify`` and each
+    collective of the judging, whatever the process groups were made with.
     """
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -268,9 +276,9 @@ def run_rank(
         platform.device_type, tuple(mesh_sizes.values()), mesh_dim_names=tuple(names)
     )
     started = time.perf_counter()
-    drawn = _draw(mesh, platform, seed, sharded)
+    drawn = _draw(mesh, platform, seed, sharded, timeout)
     elapsed = time.perf_counter() - started
-    whole = Comm(None, platform)
+    whole = Comm(None, platform, timeout=timeout)
     op_dims, tp_dim = _op_dims(names), _tp_dim(names)
     apart = [d for d in sharded if d not in op_dims]
     model_apart = [d for d in sharded if d != tp_dim]
@@ -289,7 +297,7 @@ def run_rank(
     checks[_OUTPUT] = Observation(drawn.output, model_key, model_key)
     rank_key = digest_of(dist.get_rank())
     checks[_LOCAL] = Observation(drawn.named_local, rank_key, rank_key)
-    topology = over_mesh(mesh, whole, platform)
+    topology = over_mesh(mesh, whole, platform, timeout=timeout)
     outcome = drive(
         judging([[o] for o in checks.values()], topology.place, topology.name),
         whole,

@@ -47,9 +47,20 @@ def check_launcher_environment() -> None:
 
 
 def run_in_torchrun(
-    mesh: dict[str, int], sharded: list[str], seed: int, platform_name: str, backend: str
+    mesh: dict[str, int],
+    sharded: list[str],
+    seed: int,
+    platform_name: str,
+    backend: str,
+    *,
+    timeout: float,
 ) -> tuple[CheckReport | None, bool]:
-    """Run this process's rank under torchrun. Returns (the report on rank 0, else None; ok)."""
+    """Run this process's rank under torchrun. Returns (the report on rank 0, else None; ok).
+
+    ``timeout`` (seconds) bounds the process group it makes, ``verify`` and the judging.
+    """
+    import datetime
+
     import torch.distributed as dist
 
     import hwrng
@@ -58,9 +69,9 @@ def run_in_torchrun(
     platform.set_device(int(os.environ["LOCAL_RANK"]) % platform.device_count())
     owns_group = not dist.is_initialized()
     if owns_group:
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
     try:
-        report = CheckReport.from_dict(run_rank(mesh, sharded, seed, platform_name))
+        report = CheckReport.from_dict(run_rank(mesh, sharded, seed, platform_name, timeout))
         return (report if dist.get_rank() == 0 else None), report.ok
     finally:
         if owns_group:

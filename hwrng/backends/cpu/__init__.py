@@ -67,6 +67,15 @@ class CPUPlatform(hwrng.Platform):
         self.device_index(device)
         return torch.default_generator
 
+    def state_digest(self, state: torch.Tensor) -> bytes:
+        """What torch's Mersenne Twister in ``state`` draws: :func:`hwrng.mersenne_state_digest`.
+
+        torch keys the generator with the low 32 bits of a seed but stores all
+        64 of them: the digest covers the mt19937 words, the position in them
+        and the cached normal samples, never the stored seed.
+        """
+        return hwrng.mersenne_state_digest(state)
+
     def describe_device(self) -> str:
         """The processor's model and core count, e.g. ``AMD EPYC (2 cores)``."""
         try:

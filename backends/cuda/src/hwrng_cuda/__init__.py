@@ -74,6 +74,13 @@ class CUDAPlatform(hwrng.DeviceModulePlatform):
         state.set_state(tensor)
         return state
 
+    def state_digest(self, state: torch.Tensor) -> bytes:
+        """The whole 16-byte ``(seed, offset)`` Philox state: every byte of it changes the draws.
+
+        Philox keys with all 64 bits of the seed (:func:`hwrng.whole_state_digest`).
+        """
+        return hwrng.whole_state_digest(state)
+
     def not_available_detail(self, module: hwrng.DeviceModule) -> str:
         """Tell a CPU-only torch build apart from a machine with no visible GPU."""
         if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:

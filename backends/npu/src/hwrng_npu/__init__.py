@@ -42,6 +42,14 @@ class NPUPlatform(hwrng.DeviceModulePlatform):
             )
         return None
 
+    def state_digest(self, state: torch.Tensor) -> bytes:
+        """The whole ``(seed, offset)`` Philox state: every byte of it changes the draws.
+
+        torch_npu keeps CUDA's 16-byte layout, its seed keying Philox with all 64
+        bits (:func:`hwrng.whole_state_digest`).
+        """
+        return hwrng.whole_state_digest(state)
+
     def enable_determinism(self) -> dict[str, str]:
         """Make HCCL collectives deterministic (``HCCL_DETERMINISTIC=true``).
 

@@ -220,7 +220,11 @@ def _region_exit() -> None:
     if not drew:
         raise DTensorHookError(
             "a compiled DTensor random op drew nothing from the generator hwrng positioned for "
-            f"it (the generator is left where eager code leaves it): {_INDUCTOR_REFUSED}"
+            "it: the compiled code drew its numbers elsewhere (inductor draws its own unless "
+            "torch._inductor.config.fallback_random is True, and with it may still schedule the "
+            "draw outside hwrng's region, as on torch 2.10), so replicas and shards would not "
+            "draw as DTensor promises; compile with backend='aot_eager' (the generator is left "
+            "where eager code leaves it)"
         )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 from torch.distributed.tensor import Shard
 from torch.utils.checkpoint import checkpoint
 
@@ -67,10 +68,15 @@ def _run(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> list[torch
 def test_every_op_draws_and_advances_as_eager_code(backend: str) -> None:
     """torch 2.13 hit a RecursionError in dynamo's struct polyfill tracing ``_to_dtype``."""
     torch._dynamo.reset()
+    counters.clear()
     try:
         got = _run(lambda step: torch.compile(step, backend=backend, fullgraph=False))
     finally:
         torch._dynamo.reset()
+    assert counters["stats"]["unique_graphs"] >= 2  # the code around the ops was compiled
+    breaks = " ".join(counters["graph_break"])
+    for name in ("uniform_", "normal_", "bernoulli_", "trunc_normal_", "dropout", "global_index"):
+        assert f"hwrng.invariant.{name} " in breaks  # and each op broke the graph
     expected = _run(lambda step: step)
     assert len(got) == len(expected)
     differ = [
@@ -136,6 +142,7 @@ def test_a_compiled_block_inside_a_checkpoint_redraws(reentrant: bool) -> None:
         blocks = [_Block() for _ in range(3)]
         hwrng.manual_seed(11, platform="cpu")
         torch._dynamo.reset()
+        counters.clear()
         layers = [torch.compile(block, backend="aot_eager") for block in blocks]
         out = []
         for step in range(2):
@@ -148,6 +155,7 @@ def test_a_compiled_block_inside_a_checkpoint_redraws(reentrant: bool) -> None:
             out += [h.grad] + [p.grad.clone() for b in blocks for p in b.parameters()]
             for block in blocks:
                 block.zero_grad()
+        assert counters["stats"]["unique_graphs"] >= 1  # the blocks' linear and tanh, compiled
         torch._dynamo.reset()
         return [*out, invariant.uniform_(torch.empty(ROWS, WIDTH), SPEC), torch.rand(3)]
 

@@ -24,7 +24,7 @@ from _timing import Result, machine
 
 import hwrng
 
-MODULES = ("regions", "seed_plan", "seeding", "invariant", "model", "recompute")
+MODULES = ("regions", "seed_plan", "seeding", "invariant", "model", "recompute", "compile")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

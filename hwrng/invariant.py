@@ -28,13 +28,20 @@ tensor ops (see the benchmarks for the ratio to torch's own kernels); the
 elementary functions are hwrng's own, built from correctly rounded
 operations, so no library function decides a bit. The ops refuse to be
 captured into a CUDA graph (a replay would repeat the numbers).
+
+Under ``torch.compile`` every op (and :func:`global_index`) runs eagerly:
+the compiled code breaks its graph at the call (``torch.compiler.disable``),
+so the op keeps its exact contract -- the same values as eager code, the
+generator advanced as in eager code -- and the code around it is compiled.
+With ``fullgraph=True`` torch refuses the call with an error that names the
+op and the fix. :func:`advance` is plain arithmetic and is traced.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -73,6 +80,35 @@ CONTRACT_VERSION: int = _contract.CONTRACT_VERSION
 """The version number of :data:`CONTRACT` (3)."""
 
 Ranges = list[tuple[int, int]]  # (start, length) runs whose concatenation is a dim's positions
+
+_Op = TypeVar("_Op", bound=Callable[..., Any])
+_disable: Callable[..., Any] = torch.compiler.disable  # untyped in torch
+
+
+def _runs_eagerly(why: str) -> Callable[[_Op], _Op]:
+    """The op as compiled code calls it: a graph break at the call, the op run eagerly.
+
+    Dynamo cannot trace the ops faithfully: they read the generator's position
+    on the host and move it, check index ranges by reading tensor values, and
+    round their float parameters through ``struct`` (on which dynamo's polyfill
+    recursed without end). Run eagerly, an op draws and advances exactly as in
+    eager code. ``fullgraph=True`` refuses the call with torch's ``Unsupported``
+    error, whose message carries the reason made here: the op, why, and the fix.
+    """
+
+    def wrap(op: _Op) -> _Op:
+        name = f"hwrng.invariant.{op.__name__}"
+        reason = (
+            f"{name} {why}, so torch.compile runs it eagerly, breaking the graph at the call, "
+            f"which fullgraph=True forbids: compile with fullgraph=False (the default), or call "
+            f"{name} outside the compiled function"
+        )
+        return cast(_Op, _disable(op, reason=reason))
+
+    return wrap
+
+
+_DRAWS = "reads the generator's position on the host and advances it"
 
 
 def _window(ranges: Ranges, offset: int, length: int) -> Ranges:
@@ -134,6 +170,7 @@ def _vectors(ranges: list[Ranges], device: torch.device | None) -> list[torch.Te
     return vectors
 
 
+@_runs_eagerly("checks the shard's index ranges on the host")
 def global_index(spec: ShardSpec, device: torch.device | str | None = None) -> torch.Tensor:
     """The global flat index of every element of this coordinate's shard, in the shard's shape.
 
@@ -234,6 +271,7 @@ def _shard_indices(tensor: torch.Tensor, spec: ShardSpec) -> _philox.ShardIndice
     return index
 
 
+@_runs_eagerly(_DRAWS)
 def uniform_(
     tensor: torch.Tensor,
     spec: ShardSpec,
@@ -268,6 +306,7 @@ def uniform_(
     return _fill(tensor, spec, generator, platform, draw)
 
 
+@_runs_eagerly(_DRAWS)
 def normal_(
     tensor: torch.Tensor,
     spec: ShardSpec,
@@ -282,6 +321,7 @@ def normal_(
     return _fill(tensor, spec, generator, platform, draw)
 
 
+@_runs_eagerly(_DRAWS)
 def bernoulli_(
     tensor: torch.Tensor,
     spec: ShardSpec,
@@ -295,6 +335,7 @@ def bernoulli_(
     return _fill(tensor, spec, generator, platform, draw)
 
 
+@_runs_eagerly(_DRAWS)
 def trunc_normal_(  # noqa: PLR0917 - positional as in torch.nn.init.trunc_normal_
     tensor: torch.Tensor,
     spec: ShardSpec,
@@ -316,6 +357,7 @@ def trunc_normal_(  # noqa: PLR0917 - positional as in torch.nn.init.trunc_norma
     return _fill(tensor, spec, generator, platform, draw)
 
 
+@_runs_eagerly(_DRAWS)
 def dropout(
     input: torch.Tensor,
     spec: ShardSpec,

@@ -195,13 +195,12 @@ def kinds_for(flavour: str, kinds: Sequence[str] = STREAMS) -> tuple[str, ...]:
 
     ``preserve_rng_state=False`` tells torch not to rewind its default
     generator, so the block's plain draws differ in the recomputation by
-    torch's design; ``torch.compile`` cannot trace the invariant ops (on main
-    as here) and runs the region on a user's generator only eagerly.
+    torch's design. Every stream holds under ``torch.compile`` (the invariant
+    ops break the graph and run eagerly, and a checkpoint whose block breaks
+    the graph runs eagerly, recomputation and all).
     """
     if flavour in ("no_preserve", "wrapper_no_preserve"):
         return tuple(k for k in kinds if k != "default")
-    if flavour == "compiled":
-        return tuple(k for k in kinds if k in ("named", "fork_rng", "isolate_rng", "dtensor"))
     return tuple(kinds)
 
 
@@ -242,6 +241,8 @@ def train(
             x = layer(x)
         return x
 
+    if flavour == "compiled":
+        torch._dynamo.reset()  # a fresh compilation: no code cached for another run's blocks
     run = torch.compile(model, backend="aot_eager") if flavour == "compiled" else model
     grads = []
     for step in range(steps):

@@ -151,3 +151,26 @@ def test_compiled_dropout_draws_what_eager_draws(tmp_path: object) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+def test_a_compiled_region_whose_generator_did_not_move_is_refused() -> None:
+    """The run-time half of the inductor check: compiled code that positioned the generator for
+    a DTensor op and drew nothing there (its draw made elsewhere) is refused, the generator left
+    where eager code leaves it; a region with nothing to draw is not checked."""
+    import torch
+
+    dtensor.install("cpu")
+    platform = hwrng.get_platform("cpu")
+    hwrng.manual_seed(3, platform="cpu")
+    seed, start = platform.get_seed_offset(torch.default_generator)
+    torch.ops.hwrng.region_enter(0, 32, 0, 0, False, True)
+    torch.rand(32)  # the op's draw, inside its region
+    torch.ops.hwrng.region_exit()
+    assert platform.get_seed_offset(torch.default_generator) == (seed, start + 32)
+    torch.ops.hwrng.region_enter(0, 32, 0, 0, False, True)
+    with pytest.raises(hwrng.DTensorHookError, match=r"drew nothing .* backend='aot_eager'"):
+        torch.ops.hwrng.region_exit()
+    assert platform.get_seed_offset(torch.default_generator) == (seed, start + 64)
+    torch.ops.hwrng.region_enter(0, 0, 0, 0, False, False)  # an empty shard
+    torch.ops.hwrng.region_exit()
+    assert platform.get_seed_offset(torch.default_generator) == (seed, start + 64)

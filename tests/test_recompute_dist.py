@@ -1,14 +1,18 @@
-"""The recomputation oracle with DTensor ops, on two gloo ranks (one pool for the module).
+"""DTensor ops under activation checkpointing and torch.compile, on two gloo ranks (one pool).
 
 Each rank compares a checkpointed run with the plain one, bit for bit: every
 gradient of every step and the next draw of every stream (DTensor's included)
-afterwards; a rank returns what differs.
+afterwards; a rank returns what differs. The compiled-code tests at the end
+compare compiled code with the same code run eagerly, on the two ranks' mesh
+and on a one-rank mesh of each rank (``dist_compile_checks``).
 """
 
 from __future__ import annotations
 
+import dist_compile_checks as compile_checks
 import dist_recompute_checks as checks
 import pytest
+import torch
 from helpers import pool_fixture
 
 from hwrng.testing import DistributedPool
@@ -41,17 +45,13 @@ def test_interleaved_microbatches_redraw_dtensor_dropout(pool: DistributedPool) 
     assert pool.run(checks.oracle, "non_reentrant", EVERY_STREAM, "interleaved") == [[], []]
 
 
-@pytest.mark.parametrize("kinds", [["dtensor"], ["named", "dtensor", "fork_rng"]], ids="+".join)
+@pytest.mark.parametrize("kinds", [["dtensor"], ["default", "dtensor"], EVERY_STREAM], ids="+".join)
 def test_compiled_checkpoints_redraw_dtensor_dropout(
     pool: DistributedPool, kinds: list[str]
 ) -> None:
-    """torch.compile: a block of DTensor ops alone is traced whole (compiled code saves the
-    mask); beside a named state and fork_rng the checkpoint runs eagerly around compiled parts.
-
-    No plain draw sits beside the DTensor op here: compiled code reorders a plain
-    random op and a DTensor op's region (they share no data), so the two draw
-    otherwise than in eager code with or without checkpointing (on main as here).
-    """
+    """torch.compile (aot_eager): a block of DTensor ops alone, or beside plain draws, is
+    traced whole (compiled code saves the mask); beside a named state, fork_rng or an
+    invariant op the block breaks the graph and its checkpoint runs eagerly."""
     assert pool.run(checks.oracle, "compiled", kinds) == [[], []]
 
 
@@ -64,3 +64,62 @@ def test_dtensor_dropout_alone_keeps_its_positions(pool: DistributedPool, flavou
     the last block's op of this step did, and repeat its numbers.
     """
     assert pool.run(checks.oracle, flavour, ["default", "dtensor"]) == [[], []]
+
+
+# -- compiled code against eager code (dist_compile_checks) ---------------------------------
+
+_DREW_NOTHING = "refused: a compiled DTensor random op drew nothing"
+
+
+@pytest.mark.parametrize("mesh_kind", ["two_ranks", "one_rank"])
+def test_compiled_dtensor_ops_draw_what_eager_code_draws(
+    pool: DistributedPool, mesh_kind: str
+) -> None:
+    """Plain and DTensor draws interleaved, a checkpointed DTensor dropout, backward: eager
+    and aot_eager give eager code's tensors and positions, bit for bit. Inductor running
+    torch's random ops (``fallback_random``) does too on torch 2.13; where it schedules a
+    DTensor op's draw outside hwrng's region (torch 2.10) the region refuses at run time."""
+    backends = ["eager", "aot_eager", "inductor_fallback_random"]
+    for found in pool.run(compile_checks.compiled_matches_eager, mesh_kind, backends):
+        assert found["eager"] == [] and found["aot_eager"] == []
+        fallback = found["inductor_fallback_random"]
+        assert fallback == [] or str(fallback).startswith(_DREW_NOTHING), fallback
+        if torch.__version__.startswith("2.13."):
+            assert fallback == []
+
+
+def test_inductor_drawing_its_own_numbers_is_refused(pool: DistributedPool) -> None:
+    """Inductor's own random numbers would draw at none of hwrng's offsets: refused while
+    compiling, naming the fix, nothing drawn."""
+    for report in pool.run(compile_checks.inductor_is_refused, "two_ranks"):
+        assert "DTensorHookError" in report["message"]
+        assert "fallback_random = True" in report["message"]
+        assert "aot_eager" in report["message"]
+        assert report["generator_untouched"]
+
+
+def test_torch_alone_differs_only_under_inductor(pool: DistributedPool) -> None:
+    """The same program without hwrng, on the same torch: aot_eager draws what eager code
+    draws; inductor draws its own numbers (the first plain draw already differs)."""
+    for found in pool.run(compile_checks.torch_alone, ["aot_eager", "inductor"]):
+        assert found["aot_eager"] == []
+        assert 0 in found["inductor"]
+
+
+def test_plain_draws_in_a_compiled_checkpoint_differ_only_where_torchs_do(
+    pool: DistributedPool,
+) -> None:
+    """backend="eager" runs a compiled checkpoint with preserve_rng_state=False (torch 2.13):
+    the block's plain dropout redraws other numbers, with or without hwrng; hwrng adds no
+    difference of its own. aot_eager saves the masks: equal."""
+    for found in pool.run(
+        compile_checks.plain_draws_in_a_compiled_checkpoint, ["eager", "aot_eager"]
+    ):
+        assert found["hwrng"]["aot_eager"] == [] and found["torch"]["aot_eager"] == []
+        assert set(found["hwrng"]["eager"]) <= set(found["torch"]["eager"])
+
+
+def test_invariant_mode_refuses_compiled_code(pool: DistributedPool) -> None:
+    """install(invariant=True): a compiled DTensor random op is refused while tracing."""
+    for message in pool.run(compile_checks.invariant_mode_is_refused):
+        assert "hwrng's invariant mode does not run under torch.compile" in message

@@ -25,7 +25,10 @@ seed, as torch does: replicas then agree only if the ranks' seeds do, which
 
 It works under torch's ``LocalTensorMode`` (simulated ranks), and under
 ``torch.compile`` (ordered custom ops position the generator when the graph
-runs). Where torch runs accelerator DTensor random ops through its
+runs) with the ``eager`` and ``aot_eager`` backends, and with inductor where
+``torch._inductor.config.fallback_random`` is on: inductor's own random
+numbers would ignore hwrng's offsets and seeds, and are refused with
+:class:`~hwrng.DTensorHookError`. Where torch runs accelerator DTensor random ops through its
 ``run_dtensor_rng_op`` operator (torch >= 2.13), hwrng's kernel of that operator
 is registered for the platform's :attr:`~hwrng.Platform.dispatch_key` (``CUDA``,
 ``XPU``, ``PrivateUse1``, ...). It also routes ``log_normal_``, ``exponential_``, ``geometric_``,

@@ -9,7 +9,11 @@ Three paths through one region, by how the op runs:
 * while ``torch.compile`` traces (fake tensors): two ordered custom ops,
   ``hwrng::region_enter`` / ``hwrng::region_exit``, carry the offsets -- fixed
   ints, known at trace time -- into the graph and position the generator when
-  it runs, so compiled and eager code draw the same numbers.
+  it runs, so compiled and eager code draw the same numbers. That holds where
+  the compiled op draws from the generator between the two: inductor replaces
+  random ops with its own generator (unless
+  ``torch._inductor.config.fallback_random``), so ``region_exit`` refuses a
+  region whose generator did not move while the shard had values to draw.
 
 On CUDA torch runs plain DTensor random ops through its ``run_dtensor_rng_op``
 operator, which asks this tracker only for ``_compute_rng_offsets``; the
@@ -21,8 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any
 
 import torch
@@ -85,26 +93,60 @@ def _tracing() -> bool:
     return torch._guards.detect_fake_mode() is not None
 
 
+_INDUCTOR_COMPILER = os.path.join("_inductor", "compile_fx.py")
+
+
+def _inductor_draws_its_own() -> bool:
+    """Whether inductor compiles the graph being traced and will draw its own random numbers.
+
+    Inductor replaces random ops with its own generator (seeds drawn once per
+    graph) unless ``torch._inductor.config.fallback_random``: the op would then
+    draw nothing from the generator hwrng positions. Torch says nothing to the
+    traced code about the backend, so this reads whether inductor's compiler is
+    on the stack (the trace runs inside it). Were it moved, ``_region_exit``
+    would still refuse a region whose generator did not move at run time, but
+    not one where inductor happened to draw its seeds inside the region.
+    """
+    config = sys.modules.get("torch._inductor.config")
+    if config is None or getattr(config, "fallback_random", True):
+        return False
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_INDUCTOR_COMPILER):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_INDUCTOR_REFUSED = (
+    "inductor replaces random ops with random numbers of its own (seeds drawn once per "
+    "graph), drawn at none of hwrng's offsets and without the mesh's seed, so replicas and "
+    "shards would not draw as DTensor promises; set torch._inductor.config.fallback_random "
+    "= True before compiling (inductor then runs torch's random ops, in hwrng's regions), "
+    "or compile with backend='aot_eager'"
+)
+
+
 # -- compiled code: ordered custom ops position the generator at run time -------------------
 
 
 class _OpenRegions(threading.local):
     """The regions compiled code has entered and not yet left, per thread.
 
-    ``stack`` holds the entered region context managers, innermost last: the
+    ``stack`` holds the entered regions (:class:`_Open`), innermost last: the
     ``hwrng::region_enter`` operator (:func:`_region_enter`) pushes one when a
     compiled DTensor op starts and ``hwrng::region_exit`` (:func:`_region_exit`)
-    pops and exits it when the op ends. Nothing else reads it.
+    pops, checks and exits it when the op ends. Nothing else reads it.
     """
 
     def __init__(self) -> None:
-        self.stack: list[Any] = []
+        self.stack: list[_Open] = []
 
 
 _open_regions = _OpenRegions()
 
 
-def _stack() -> list[Any]:
+def _stack() -> list[_Open]:
     return _open_regions.stack
 
 
@@ -125,27 +167,65 @@ def _as_u64(value: int) -> int:
     return value + _U64 if value < 0 else value
 
 
+class _Open:
+    """A region compiled code entered, with what ``hwrng::region_exit`` checks.
+
+    ``entered`` is the generator's state on entry where the shard has values
+    to draw, ``None`` where it has none (nothing to check).
+    """
+
+    __slots__ = ("entered", "generator", "region")
+
+    def __init__(self, region: Any, generator: torch.Generator, draws: bool) -> None:
+        self.region = region
+        self.generator = generator
+        self.entered = generator.get_state() if draws else None
+
+    def drew(self) -> bool:
+        """Whether the generator moved inside the region (``True`` with nothing to draw)."""
+        if self.entered is None:
+            return True
+        return not torch.equal(self.generator.get_state(), self.entered)
+
+
 @torch.library.custom_op("hwrng::region_enter", mutates_args=())
-def _region_enter(start: int, end: int, rank_seed: int, mesh_seed: int, has_plan: bool) -> None:
+def _region_enter(  # noqa: PLR0917 - an operator's schema: compiled code passes it positionally
+    start: int, end: int, rank_seed: int, mesh_seed: int, has_plan: bool, draws: bool
+) -> None:
     tracker = _installed()
     choose = _choose(_as_u64(rank_seed), _as_u64(mesh_seed)) if has_plan else None
     region = tracker.hwrng_tracker.positioned_by(
         start, end, None, via_default=False, choose_seed=choose
     )
-    region.__enter__()
-    _stack().append(region)
+    generator = region.__enter__()
+    try:
+        _stack().append(_Open(region, generator, draws))
+    except BaseException:
+        region.__exit__(None, None, None)
+        raise
 
 
 @_region_enter.register_fake
-def _region_enter_fake(
-    start: int, end: int, rank_seed: int, mesh_seed: int, has_plan: bool
+def _region_enter_fake(  # noqa: PLR0917 - the operator's schema
+    start: int, end: int, rank_seed: int, mesh_seed: int, has_plan: bool, draws: bool
 ) -> None:
     return None
 
 
 @torch.library.custom_op("hwrng::region_exit", mutates_args=())
 def _region_exit() -> None:
-    _stack().pop().__exit__(None, None, None)
+    entry = _stack().pop()
+    drew = entry.drew()
+    entry.region.__exit__(None, None, None)
+    if not drew:
+        raise DTensorHookError(
+            "a compiled DTensor random op drew nothing from the generator hwrng positioned for "
+            "it: the compiled code drew its numbers elsewhere (inductor draws its own unless "
+            "torch._inductor.config.fallback_random is True, and with it may still schedule the "
+            "draw outside hwrng's region, as on torch 2.10), so replicas and shards would not "
+            "draw as DTensor promises; compile with backend='aot_eager' (the generator is left "
+            "where eager code leaves it)"
+        )
 
 
 @_region_exit.register_fake
@@ -202,11 +282,17 @@ def tracker_class(base: type[Any]) -> type[Any]:
                     yield
                 return
             if _tracing() and generator is None:
-                start, end = shard_offsets(_shard_spec(spec))
+                if _inductor_draws_its_own():
+                    raise DTensorHookError(
+                        f"a DTensor random op under torch.compile: {_INDUCTOR_REFUSED}"
+                    )
+                shard = _shard_spec(spec)
+                start, end = shard_offsets(shard)
                 pair = self.hwrng_seeds.pair(spec.mesh)
                 rank_seed, mesh_seed = pair if pair is not None else (0, 0)
+                draws = math.prod(shard.local_shape) > 0
                 torch.ops.hwrng.region_enter(
-                    start, end, _as_i64(rank_seed), _as_i64(mesh_seed), pair is not None
+                    start, end, _as_i64(rank_seed), _as_i64(mesh_seed), pair is not None, draws
                 )
                 try:
                     yield

@@ -117,7 +117,7 @@ def run_step(step: Step, context: Context, out: Path, limit_s: float) -> StepRes
             returncode = -signal.SIGKILL
         finally:  # also on Ctrl-C: a step's ranks and workers never outlive it
             _stop_group(process)
-    record.duration_s = round(time.monotonic() - started, 1)
+    record.duration_s = round(time.monotonic() - started, 3)  # a fast step takes ms
     record.tail = _tail(log)
     if timed_out:
         record.verdict = "timed out"

@@ -9,10 +9,11 @@ mesh's common seed, its position the default generator's offset, which then
 advances as for any tracked op.
 
 Made invariant: ``uniform_``, ``normal_``, ``bernoulli_``/``bernoulli``,
-``native_dropout`` (CUDA's dropout; on the CPU dropout is ``bernoulli_`` and a
-multiplication), ``rand_like``/``randn_like``, ``torch.distributed.tensor.rand``
-/ ``randn``, and ``nn.init.trunc_normal_`` (by inverse CDF); ``nn.init``'s
-uniform, normal, kaiming and xavier functions are built on the first two.
+``native_dropout``, ``rand_like``/``randn_like``, ``torch.distributed.tensor.rand``
+/ ``randn``, ``nn.init.trunc_normal_`` (by inverse CDF) and ``nn.functional.dropout``
+(through ``native_dropout`` on every device, so its scale is the contract's
+``f32(1 / (1 - p))`` and a ``Partial`` input stays ``Partial``: dropout is linear);
+``nn.init``'s uniform, normal, kaiming and xavier functions are built on the first two.
 Everything else keeps the ordinary tracked behaviour. Compiled code and
 LocalTensorMode are refused in this mode (with an error), not served other
 numbers. Checkpoints of a process in this mode record the contract
@@ -65,14 +66,21 @@ def _fill_local(
     return invariant._fill(local, spec, generator, tracker.hwrng_platform, draw, choose_seed=choose)
 
 
-def _like(target: Any, local: torch.Tensor) -> Any:
-    """A DTensor laid out as ``target``, holding ``local`` (of its own dtype)."""
-    from torch.distributed.tensor import DTensor
+def _like(target: Any, local: torch.Tensor, *, replicated: bool = False) -> Any:
+    """A DTensor laid out as ``target``, holding ``local`` (of its own dtype).
+
+    ``replicated``: ``Replicate`` where ``target`` is ``Partial`` -- for values drawn
+    there, which every rank of a Partial dim holds alike.
+    """
+    from torch.distributed.tensor import DTensor, Replicate
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
     spec = target._spec
+    placements = spec.placements
+    if replicated:
+        placements = tuple(Replicate() if p.is_partial() else p for p in placements)
     meta = TensorMeta(spec.shape, spec.stride, local.dtype)
-    new_spec = DTensorSpec(spec.mesh, spec.placements, tensor_meta=meta)
+    new_spec = DTensorSpec(spec.mesh, placements, tensor_meta=meta)
     return DTensor(local, new_spec, requires_grad=False)  # type: ignore[no-untyped-call]
 
 
@@ -135,7 +143,7 @@ def _native_dropout(
 ) -> Any:
     probability, train = _args(args, kwargs, ["p", "train"], [0.5, True])
     if not train:
-        return target, _like(target, torch.ones_like(local, dtype=torch.bool))
+        return target, _like(target, torch.ones_like(local, dtype=torch.bool), replicated=True)
     keep = torch.empty_like(local, dtype=torch.bool)
     _fill_local(
         target, keep, generator, _philox.drawer("bernoulli", keep.dtype, p=1.0 - probability)
@@ -144,7 +152,9 @@ def _native_dropout(
     scaled = keep.to(local.dtype)
     if probability != 1.0:
         scaled.mul_(1.0 / (1.0 - probability))
-    return _like(target, local * scaled), _like(target, keep)
+    # the output is linear in the input, so a Partial input gives a Partial output; the mask
+    # is the same on every rank of a Partial dim (its backward multiplies a gradient by it)
+    return _like(target, local * scaled), _like(target, keep, replicated=True)
 
 
 def _kinds() -> dict[Any, Fill]:
@@ -214,6 +224,37 @@ def _trunc_normal(original: Callable[..., Any]) -> Callable[..., Any]:
     return trunc_normal_
 
 
+def _dropout(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``nn.functional.dropout`` of a DTensor through ``native_dropout``, on every device.
+
+    torch runs ``native_dropout`` only for an out-of-place dropout on an accelerator; on
+    the CPU, and in place on any device, it composes dropout of ``bernoulli_``, an
+    in-place division by ``1 - p`` and a multiplication. That scale is ``1 / f32(1 - p)``,
+    not the contract's ``f32(1 / (1 - p))`` (another last bit for about one ``p`` in
+    four), and on a ``Partial`` input the mask is ``Partial`` too: torch 2.10 refuses the
+    division, later torches sum the mask over the Partial dim. The rest -- another
+    tensor, evaluation, ``p`` of 0 or 1, no elements -- is torch's own dropout, which
+    draws nothing there.
+    """
+
+    def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        from torch.distributed.tensor import DTensor
+
+        if (
+            not isinstance(input, DTensor)
+            or not training
+            or not 0.0 < p < 1.0
+            or input._local_tensor.is_meta
+            or input.numel() == 0
+        ):
+            return original(input, p, training, inplace)
+        output, _ = torch.ops.aten.native_dropout(input, p, True)
+        return input.copy_(output) if inplace else output
+
+    dropout.__doc__ = original.__doc__
+    return dropout
+
+
 class InvariantPatches:
     """The handlers and function swaps of invariant mode, undone by :meth:`undo`."""
 
@@ -235,6 +276,7 @@ class InvariantPatches:
             (dtensor_module, "randn", randn),
             (_api, "randn", randn),
             (torch.nn.init, "trunc_normal_", _trunc_normal(torch.nn.init.trunc_normal_)),
+            (torch.nn.functional, "dropout", _dropout(torch.nn.functional.dropout)),
         ]
         for module, name, new in swaps:
             self._functions.append((module, name, getattr(module, name)))

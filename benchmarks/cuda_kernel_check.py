@@ -73,11 +73,11 @@ def check() -> bool:
     checks.test_cuda_draws_the_cpus_numbers()
     print("the GPU draws the CPU's numbers (four dtypes): ok")
     checks.test_the_ptx_check_flags_approximate_float_operations()
-    for _, kind, out, unit, wide_positions in checks.KERNEL_VARIANTS:
-        checks.test_every_kernel_variant_compiles_to_ieee_rounded_ptx(
-            kind, out, unit, wide_positions
-        )
+    for _, *variant in checks.KERNEL_VARIANTS:
+        checks.test_every_kernel_variant_compiles_to_ieee_rounded_ptx(*variant)
     print(f"PTX for sm_90, {len(checks.KERNEL_VARIANTS)} kernel variants: IEEE-rounded only")
+    checks.test_the_kernel_computes_each_philox_block_once()
+    print("PTX: each Philox block computed once, an aligned run stored as 16-byte vectors")
     return not wrong and not wide
 
 
@@ -103,6 +103,10 @@ def speed() -> None:
         "trunc_normal float32 (torch: nn.init)": (
             lambda: philox.trunc_normal(1, 0, shard, torch.float32, a=-2.0, b=2.0),
             lambda: torch.nn.init.trunc_normal_(out),
+        ),
+        "dropout p=0.1, output and mask": (
+            lambda: philox.dropout(1, 0, shard, out, 0.1)[0],
+            lambda: torch.nn.functional.dropout(out, 0.1),
         ),
     }
     print("2**26 elements, median of 20 launches (CUDA events), same run:")

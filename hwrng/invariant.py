@@ -32,6 +32,7 @@ captured into a CUDA graph (a replay would repeat the numbers).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ from hwrng import _philox
 from hwrng._exceptions import InvalidArgumentError, InvalidValueError, MeshError, NestingError
 from hwrng._philox import _contract
 from hwrng._philox._contract import record_draw
+from hwrng._philox._parameters import dropout_parameters
 from hwrng._platform import Platform
 from hwrng._registry import platform_in_force
 from hwrng._sharding import ShardSpec, chunk_size
@@ -60,7 +62,7 @@ __all__ = [
 
 
 CONTRACT: str = _contract.CONTRACT
-"""The contract the ops compute: ``"hwrng-philox4x32-10-v2"``.
+"""The contract the ops compute: ``"hwrng-philox4x32-10-v3"``.
 
 The counter layout and the bit-to-float mapping, written out in
 ``docs/invariant.md``; checkpoints of a job that drew invariant values record
@@ -68,7 +70,7 @@ it, and a resume under another contract is refused.
 """
 
 CONTRACT_VERSION: int = _contract.CONTRACT_VERSION
-"""The version number of :data:`CONTRACT` (2)."""
+"""The version number of :data:`CONTRACT` (3)."""
 
 Ranges = list[tuple[int, int]]  # (start, length) runs whose concatenation is a dim's positions
 
@@ -118,8 +120,13 @@ def _dim_ranges(spec: ShardSpec) -> list[Ranges]:
 
 def _dim_indices(spec: ShardSpec, device: torch.device | None) -> list[torch.Tensor]:
     """The global positions along each tensor dim that this coordinate's shard holds."""
+    return _vectors(_dim_ranges(spec), device)
+
+
+def _vectors(ranges: list[Ranges], device: torch.device | None) -> list[torch.Tensor]:
+    """Each dim's runs of positions as one int64 vector on ``device``."""
     vectors = []
-    for runs in _dim_ranges(spec):
+    for runs in ranges:
         parts = [torch.arange(start, start + length, device=device) for start, length in runs]
         vectors.append(
             torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64, device=device)
@@ -196,15 +203,7 @@ def _fill(
     expected) would leave it advanced past the op. A contiguous ``tensor``
     receives the values directly, without a copy.
     """
-    if not isinstance(spec, ShardSpec):
-        raise InvalidArgumentError(f"needs a ShardSpec, got {type(spec).__name__}")
-    if tuple(tensor.shape) != spec.local_shape:
-        raise MeshError(
-            f"the tensor has shape {tuple(tensor.shape)}, but the spec's shard is "
-            f"{spec.local_shape}"
-        )
-    _, vectors = _philox.check_dim_indices(_dim_indices(spec, tensor.device), spec.shape)
-    index = _philox.ShardIndices(tuple(vectors), spec.shape)
+    index = _shard_indices(tensor, spec)
     region = _position(spec, generator, platform, choose_seed)
     record_draw()
     with region, torch.no_grad():
@@ -214,6 +213,25 @@ def _fill(
         else:
             tensor.copy_(draw(seed, position, index))
     return tensor
+
+
+def _shard_indices(tensor: torch.Tensor, spec: ShardSpec) -> _philox.ShardIndices:
+    """The shard ``tensor`` holds, described for the Philox ops, once checked against ``spec``."""
+    if not isinstance(spec, ShardSpec):
+        raise InvalidArgumentError(f"needs a ShardSpec, got {type(spec).__name__}")
+    if tuple(tensor.shape) != spec.local_shape:
+        raise MeshError(
+            f"the tensor has shape {tuple(tensor.shape)}, but the spec's shard is "
+            f"{spec.local_shape}"
+        )
+    ranges = _dim_ranges(spec)
+    index = _philox.ShardIndices(
+        tuple(_vectors(ranges, tensor.device)),
+        spec.shape,
+        tuple(tuple(runs) for runs in ranges),
+    )
+    index.check()  # on the host: the ranges say where every dim's positions lie
+    return index
 
 
 def uniform_(
@@ -310,16 +328,49 @@ def dropout(
     """Invariant dropout of the local shard ``input``: keep with probability ``1 - p``, scale.
 
     Returns ``input * m``, where ``m`` is the invariant Bernoulli mask of
-    ``1 - p`` times ``1 / (1 - p)`` (as ``input``'s dtype holds it);
-    gradients flow through the same ``m``.
+    ``1 - p`` times ``1 / (1 - p)`` (the float64 quotient rounded to float32,
+    then to ``input``'s dtype; float64 inputs take it as it is); gradients
+    flow through the same ``m``. A dropped element is ``input * 0``: ``-0``
+    where the input is negative, NaN where it is infinite or NaN (as torch's
+    dropout).
+
+    As torch's dropout, it draws nothing, and leaves the generator where it
+    is, when there is nothing to draw: ``training=False`` and ``p = 0`` return
+    ``input`` itself, ``p = 1`` returns ``input * 0``. Every other ``p``
+    advances the generator by :func:`advance`.
     """
     if not 0.0 <= p <= 1.0:
         raise InvalidValueError(f"dropout probability must lie in [0, 1], got {p}")
+    if not isinstance(spec, ShardSpec):
+        raise InvalidArgumentError(f"needs a ShardSpec, got {type(spec).__name__}")
     if not training or p == 0.0:
         return input
-    keep = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    bernoulli_(keep, spec, 1.0 - p, generator=generator, platform=platform)
-    if p != 1.0:
-        # 1/(1 - p) on the host; torch rounds it to float32 (the op's arithmetic) once
-        keep.mul_(1.0 / (1.0 - p))
-    return input * keep
+    if p == 1.0:
+        return input * torch.zeros((), dtype=input.dtype, device=input.device)
+    scale, _ = dropout_parameters(input.dtype, p)  # refuses a dtype it cannot scale
+    index = _shard_indices(input, spec)
+    region = _position(spec, generator, platform, None)
+    record_draw()
+    with region:
+        seed, position = region.position
+        draw = functools.partial(_philox.dropout, seed, position, index, p=p)
+        output: torch.Tensor = _Dropout.apply(input, draw, scale)  # type: ignore[no-untyped-call]
+    return output
+
+
+class _Dropout(torch.autograd.Function):
+    """``draw(input)``'s output forward, the gradient times its mask times the scale backward."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, input: torch.Tensor, draw: Callable[..., Any], scale: float
+    ) -> torch.Tensor:
+        output, kept = draw(input.detach())
+        ctx.save_for_backward(kept)
+        ctx.scale = scale
+        return output  # type: ignore[no-any-return]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (kept,) = ctx.saved_tensors
+        return grad * kept.to(grad.dtype).mul_(ctx.scale), None, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import torch
 
 import hwrng
 from hwrng._host import HOST_COUNTER
+from hwrng._states import _live as _live_trackers
 from hwrng._seeding import current_seeding, record_seeding, seeded_mesh
 
 
@@ -35,7 +37,9 @@ def _restore_every_global() -> Iterator[None]:
     torch's CPU generator (and what hwrng's counter remembers of it), Python's
     ``random``, NumPy's global generator, ``PYTHONHASHSEED``, the seed plan in
     force, and torch's DTensor tracker (a test that installs hwrng's adapter and
-    fails before uninstalling must not leave it in place).
+    fails before uninstalling must not leave it in place). A tracker a test
+    dropped inside a reference cycle (a kept traceback) is collected before the
+    next test, or that test's save would hold a tracker its load no longer finds.
     """
     host = torch.default_generator
     saved = (
@@ -48,7 +52,10 @@ def _restore_every_global() -> Iterator[None]:
         _dtensor_tracker(),
         seeded_mesh(),
     )
+    trackers_before = len(_live_trackers)
     yield
+    if len(_live_trackers) > trackers_before:
+        gc.collect()
     hwrng.dtensor.uninstall()
     from torch.distributed.tensor import _random
 

@@ -25,8 +25,8 @@ def case_id(case: dict[str, Any]) -> str:
 
 
 def test_the_contract_is_versioned() -> None:
-    assert invariant.CONTRACT == "hwrng-philox4x32-10-v2"
-    assert invariant.CONTRACT_VERSION == 2
+    assert invariant.CONTRACT == "hwrng-philox4x32-10-v3"
+    assert invariant.CONTRACT_VERSION == 3
     assert KNOWN["contract"] == reference.CONTRACT == invariant.CONTRACT
 
 

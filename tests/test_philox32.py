@@ -19,7 +19,11 @@ from hwrng import _philox as philox
 from hwrng._philox import _math as math64
 from hwrng._philox import _math32 as m32
 
-scipy_special = pytest.importorskip("scipy.special")
+# scipy is in hwrng's test extra (the README's install and every CI cell have it); without it
+# (a machine that cannot install anything) these tests say why they skip
+scipy_special = pytest.importorskip(
+    "scipy.special", reason="scipy is missing: pip install -e '.[test]' installs it"
+)
 
 RNG = np.random.default_rng(20261125)
 

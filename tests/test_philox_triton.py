@@ -137,6 +137,76 @@ for op, parameters in (("uniform", {"low": -1.0, "high": 2.5}), ("normal", {}),
             assert bits(wide) == first, (op, dtype, "wide")
         finally:
             fused._WIDE_FROM = 2**31
+
+# 4. both layouts -- by Philox blocks (each block computed once, its values written where they
+# fall) and by element -- on runs that start inside a block, runs whose starts fall at every
+# offset of a block, lengths that are not multiples of a block, more outer dims than the kernel
+# reads, and a scattered last dim; int32 and int64 positions; with the host's ranges or without
+def ranges_of(vector):
+    runs = []
+    for value in vector.tolist():
+        if runs and runs[-1][0] + runs[-1][1] == value:
+            runs[-1][1] += 1
+        else:
+            runs.append([value, 1])
+    return tuple((start, length) for start, length in runs)
+
+layouts = [
+    ([torch.arange(3, 29), torch.arange(0, 13)], (30, 13)),
+    ([torch.arange(0, 37), torch.arange(3, 12)], (40, 13)),
+    ([torch.arange(1, 6), torch.arange(2, 4), torch.arange(0, 7)], (6, 5, 7)),
+    ([T([4, 1]), torch.arange(5), T([0, 2]), torch.arange(1, 3), T([1]), torch.arange(2, 5)],
+     (5, 6, 3, 4, 2, 6)),
+    ([torch.arange(5), T([6, 1, 3])], (5, 7)),
+]
+seed, position = 2**64 - 3, 2**62 + 8
+for runs_from, wide_from in ((1, 2**31), (2**62, 2**31), (8, 0)):
+    fused._RUNS_FROM, fused._WIDE_FROM = runs_from, wide_from
+    for dims, shape in layouts:
+        index = _philox.flat_index(dims, shape)
+        ranges = tuple(ranges_of(v) for v in dims)
+        for op, parameters in (("uniform", {"low": -1.0, "high": 2.5}),
+                               ("normal", {"mean": 0.5, "std": 2.0}),
+                               ("trunc_normal", {"a": -1.0, "b": 3.0})):
+            for dtype in (torch.float32, torch.float64, torch.bfloat16):
+                expected = bits(getattr(generic, op)(seed, position, index, dtype, **parameters))
+                fast = getattr(fused, op)(seed, position, dims, shape, dtype, **parameters)
+                assert bits(fast) == expected, (op, shape, dtype, runs_from, wide_from)
+                hosted = getattr(fused, op)(
+                    seed, position, dims, shape, dtype, ranges=ranges, **parameters)
+                assert bits(hosted) == expected, (op, shape, dtype, "ranges")
+        for p in (0.3, torch.rand(index.shape[-1:]), torch.rand(index.shape)):
+            expected = generic.bernoulli_mask(seed, position, index, p)
+            assert torch.equal(fused.bernoulli_mask(seed, position, dims, shape, p), expected)
+        # dropout in one pass: the mask, x * scale and x * 0 (-0, NaN) as the generic path (a
+        # NaN's bits are the device's, and torch's CPU differs between its own code paths)
+        specials = torch.tensor([-1.5, float("inf"), float("nan"), 3.0, -0.0, 0.1])
+        source = specials[torch.arange(index.numel()) % 6].reshape(index.shape)
+        for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+            x = source.to(dtype)
+            out, kept = generic.dropout(seed, position, index, x, 0.3)
+            fast, fast_kept = fused.dropout(seed, position, dims, shape, x, 0.3, ranges=ranges)
+            nan = torch.isnan(out)
+            assert torch.equal(torch.isnan(fast), nan) and torch.equal(fast_kept, kept), dtype
+            assert bits(fast[~nan]) == bits(out[~nan]), ("dropout", dtype)
+fused._RUNS_FROM, fused._WIDE_FROM = 8, 2**31
+
+# 5. SQRT(+0) and SQRT(-0) are +0 in the kernel's float32 and float64 square roots
+tl = fused.tl
+
+@fused.triton.jit
+def roots(x_ptr, y_ptr, X_ptr, Y_ptr):
+    offs = tl.arange(0, 4)
+    tl.store(y_ptr + offs, fused._sqrt32(tl.load(x_ptr + offs)))
+    tl.store(Y_ptr + offs, fused._sqrt64(tl.load(X_ptr + offs)))
+
+x = torch.tensor([0.0, -0.0, 4.0, 2.0])
+X = x.double()
+y, Y = torch.empty_like(x), torch.empty_like(X)
+roots[(1,)](x, y, X, Y)
+from hwrng._philox import _math, _math32
+assert bits(y) == bits(_math32.sqrt(x)) and bits(y)[:2] == [0, 0], bits(y)
+assert bits(Y) == bits(_math.sqrt(X)) and bits(Y)[:2] == [0, 0], bits(Y)
 print("ok")
 """
 
@@ -203,7 +273,8 @@ _ROUNDED = re.compile(
     r"(add|sub|mul|div)\.rn\.f(32|64)"  # explicit rounding: ptxas never contracts these
     r"|(neg|abs|min|max|selp|mov)\.f(32|64)"  # exact
     r"|setp\.[a-z]+\.f(32|64)"  # comparisons
-    r"|cvt\.rn\.f(16|32|64)\.[su](32|64)|cvt\.rn\.f16\.f32|cvt\.f64\.f32"  # conversions
+    r"|cvt\.rn\.f(16|32|64)\.[su](32|64)|cvt\.rn\.f16\.f32"  # rounded conversions
+    r"|cvt\.f64\.f32|cvt\.f32\.b?f16"  # exact widenings (dropout's half inputs)
 )
 
 
@@ -258,43 +329,53 @@ def test_the_ptx_check_flags_approximate_float_operations() -> None:
     assert any(m.startswith("sqrt.") for m in flagged), flagged
 
 
-KERNEL_VARIANTS = [  # (name, kind, output pointer, unit interval, int64 positions)
-    ("uniform float32", fused._UNIFORM32, "*fp32", False, False),
-    ("uniform bfloat16", fused._UNIFORM32, "*bf16", False, False),
-    ("uniform float16 [0, 1)", fused._UNIFORM32, "*fp16", True, False),
-    ("uniform float64", fused._UNIFORM64, "*fp64", False, False),
-    ("normal float32", fused._NORMAL32, "*fp32", False, False),
-    ("normal float32, 2**31 elements or more", fused._NORMAL32, "*fp32", False, True),
-    ("normal bfloat16", fused._NORMAL32, "*bf16", False, False),
-    ("normal float64", fused._NORMAL64, "*fp64", False, False),
-    ("bernoulli", fused._BERNOULLI, "*i1", False, False),
-    ("bernoulli per element", fused._BERNOULLI_P, "*i1", False, False),
-    ("trunc_normal float32", fused._TRUNC32, "*fp32", False, False),
-    ("trunc_normal float16", fused._TRUNC32, "*fp16", False, False),
-    ("trunc_normal float64", fused._TRUNC64, "*fp64", False, False),
+#: (name, kind, output pointer, unit interval, int64 positions, by Philox blocks, one run): every
+#: float computation of the kernel (the per-word ones are the same code in both layouts; the
+#: normal's are not), every output dtype's rounding, and both layouts' integer code
+KERNEL_VARIANTS = [
+    ("uniform float32", fused._UNIFORM32, "*fp32", False, False, True, False),
+    ("uniform bfloat16, by element", fused._UNIFORM32, "*bf16", False, False, False, False),
+    ("uniform float16 [0, 1), one run", fused._UNIFORM32, "*fp16", True, False, True, True),
+    ("uniform float64", fused._UNIFORM64, "*fp64", False, False, True, False),
+    ("normal float32", fused._NORMAL32, "*fp32", False, False, True, False),
+    ("normal float32, by element", fused._NORMAL32, "*fp32", False, False, False, False),
+    ("normal float32, 2**31 or more", fused._NORMAL32, "*fp32", False, True, True, False),
+    ("normal bfloat16, one run", fused._NORMAL32, "*bf16", False, False, True, True),
+    ("normal float64", fused._NORMAL64, "*fp64", False, False, True, False),
+    ("normal float64, by element", fused._NORMAL64, "*fp64", False, True, False, False),
+    ("bernoulli", fused._BERNOULLI, "*i1", False, False, True, False),
+    ("bernoulli per element, by element", fused._BERNOULLI_P, "*i1", False, False, False, False),
+    ("trunc_normal float32", fused._TRUNC32, "*fp32", False, False, True, False),
+    ("trunc_normal float16, by element", fused._TRUNC32, "*fp16", False, False, False, False),
+    ("trunc_normal float64", fused._TRUNC64, "*fp64", False, False, True, False),
+    ("dropout float32", fused._DROPOUT, "*fp32", False, False, True, True),
+    ("dropout bfloat16, by element", fused._DROPOUT, "*bf16", False, False, False, False),
+    ("dropout float64", fused._DROPOUT, "*fp64", False, False, True, False),
 ]
 
 
 @pytest.mark.parametrize(
-    ("kind", "out", "unit", "wide"),
+    ("kind", "out", "unit", "wide", "runs", "one_run"),
     [v[1:] for v in KERNEL_VARIANTS],
     ids=[v[0] for v in KERNEL_VARIANTS],
 )
 def test_every_kernel_variant_compiles_to_ieee_rounded_ptx(
-    kind: int, out: str, unit: bool, wide: bool
+    kind: int, out: str, unit: bool, wide: bool, runs: bool, one_run: bool
 ) -> None:
     _nvidia_backend_or_skip()
     names = list(fused._kernel.arg_names)
     constants = {"KIND": kind, "BLOCK_SHIFT": 2, "SHIFT": 8, "UNIT": unit, "BLOCK": 256}
-    constants["WIDE"] = wide
+    constants.update(WIDE=wide, RUNS=runs, ONE_RUN=one_run, LEAD=1 if one_run else 0)
     if kind in (fused._UNIFORM64, fused._NORMAL64, fused._TRUNC64):
         constants.update(BLOCK_SHIFT=1, SHIFT=0)
     signature = {}
     for name in names:
         if name in constants:
             signature[name] = "constexpr"
-        elif name == "out_ptr":
+        elif name in ("out_ptr", "x_ptr"):
             signature[name] = out
+        elif name == "m_ptr":
+            signature[name] = "*i1"
         elif name.endswith("_ptr"):
             signature[name] = "*i64"
         else:
@@ -303,3 +384,41 @@ def test_every_kernel_variant_compiles_to_ieee_rounded_ptx(
     assert _not_rounded(ptx) == {}
     if kind not in (fused._BERNOULLI, fused._BERNOULLI_P):
         assert _float_instructions(ptx), "no float operation found: the PTX scan reads nothing"
+
+
+def test_the_kernel_computes_each_philox_block_once() -> None:
+    # uniform float32 over one aligned run, as the sm_90 PTX says: 256 blocks a program of 4 warps
+    # is 2 blocks a thread, each 10 rounds of 2 high products (20 mul.hi, fewer where constant),
+    # and all 8 values they yield stored as two 16-byte vectors; before, every value computed its
+    # own block (39 mul.hi for a thread's 2 values)
+    _nvidia_backend_or_skip()
+    names = list(fused._kernel.arg_names)
+    constants = {"KIND": fused._UNIFORM32, "BLOCK_SHIFT": 2, "SHIFT": 8, "UNIT": True}
+    constants.update(BLOCK=256, WIDE=False, RUNS=True, ONE_RUN=True, LEAD=0)
+    signature = {}
+    for name in names:
+        if name in constants:
+            signature[name] = "constexpr"
+        else:
+            signature[name] = (
+                "*fp32" if name == "out_ptr" else "*i64" if name.endswith("_ptr") else "i32"
+            )
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    aligned = ("out_ptr", "total", "length")  # as a launch specialises them (multiples of 16)
+    source = ASTSource(
+        fused._kernel,
+        signature,
+        constexprs={(names.index(k),): v for k, v in constants.items()},
+        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned},
+    )
+    compiled = fused.triton.compile(
+        source, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False}
+    )
+    instructions = Counter(
+        re.findall(r"^\s*(?:@!?%p\d+\s+)?([a-z][a-z0-9_.]*)", str(compiled.asm["ptx"]), re.M)
+    )
+    assert instructions["mul.hi.u32"] <= 2 * 20, instructions["mul.hi.u32"]
+    stores = {m: n for m, n in instructions.items() if m.startswith("st.global")}
+    assert stores == {"st.global.v4.b32": 2}, stores

@@ -5,14 +5,16 @@ The family's modules, each importing only those above it in this list:
 * ``_contract``: the contract's version, and whether this process drew under it;
 * ``_parameters``: argument checks (seeds, positions, index tensors, dtypes,
   distribution parameters);
+* ``_operands``: the generic path's constants in the form each device takes
+  fastest (kept 0-dim tensors on the CPU);
 * ``_bits``: Philox4x32-10 and the counter layout;
 * ``_index``: global flat indices and a shard's per-dim description of them;
 * ``_math32``: float32 ``ln``, ``sin``/``cos`` of a turn and ``Phi^-1`` (the
   float32, float16 and bfloat16 results), the same bits on every device;
 * ``_math``: their float64 versions (float64 results), and ``Phi`` on the host;
 * ``_distributions``: the generic path (uniform, normal, Bernoulli, truncated
-  normal) in plain torch ops;
-* ``_triton``: the fused CUDA kernel of the same four ops;
+  normal, dropout) in plain torch ops;
+* ``_triton``: the fused CUDA kernel of the same five ops;
 * ``_choose``: the ops as hwrng calls them, the one place that picks the fused
   kernel or the generic path.
 """
@@ -20,7 +22,15 @@ The family's modules, each importing only those above it in this list:
 from __future__ import annotations
 
 from hwrng._philox._bits import block_words, philox4x32_10
-from hwrng._philox._choose import Draw, bernoulli_mask, drawer, normal, trunc_normal, uniform
+from hwrng._philox._choose import (
+    Draw,
+    bernoulli_mask,
+    drawer,
+    dropout,
+    normal,
+    trunc_normal,
+    uniform,
+)
 from hwrng._philox._contract import CONTRACT, CONTRACT_VERSION
 from hwrng._philox._index import (
     Indices,
@@ -42,6 +52,7 @@ __all__ = [
     "check_dim_indices",
     "check_parameters",
     "drawer",
+    "dropout",
     "flat_index",
     "index_shape",
     "normal",

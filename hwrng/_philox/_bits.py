@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from hwrng._exceptions import InvalidArgumentError, InvalidValueError
+from hwrng._philox._operands import Maker, Operand, on_the_host
 from hwrng._philox._parameters import checked_index, checked_seed_position, checked_word
 
 __all__ = [
@@ -67,6 +68,11 @@ class Rounds:
     ``(x2 * M1, x0 * M0)``, the high words of both as one shift, and two xors;
     the products' buffer then holds the new ``(x1, x3)`` as it is.
 
+    The buffers, their rows and the constants are made once per batch size
+    (on the CPU the constants are 0-dim tensors: see
+    :mod:`hwrng._philox._operands`), so a round costs its six ops and nothing
+    else.
+
     Parameters
     ----------
     k0, k1 : int
@@ -82,8 +88,12 @@ class Rounds:
         self._keys = [
             torch.tensor([[a], [b]], dtype=torch.int64, device=device) for a, b in self.keys
         ]
+        self._word = Maker(torch.int64, on_the_host(device))
+        self._mask, self._m0, self._m1, self._32 = (self._word(v) for v in (_MASK32, _M0, _M1, 32))
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._counting: torch.Tensor | None = None
+        self._layouts: dict[tuple[int | None, int, int], tuple[Operand, ...]] = {}
 
     def buffers(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A ``(4, n)`` state and a ``(2, n)`` work buffer, reused from batch to batch.
@@ -97,14 +107,23 @@ class Rounds:
                 torch.empty((4, n), dtype=torch.int64, device=self.device),
                 torch.empty((2, n), dtype=torch.int64, device=self.device),
             )
+            self._rows = {}
         return self._buffers
+
+    def _rows_of(self, pair: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two rows of a ``(2, n)`` view, made once per view of the buffers."""
+        key = pair.data_ptr()
+        rows = self._rows.get(key)
+        if rows is None or rows[0].shape != pair.shape[1:]:
+            rows = self._rows[key] = (pair[0], pair[1])
+        return rows
 
     def block_range(self, start: int, stop: int) -> torch.Tensor:
         """The blocks ``start, ..., stop - 1`` as an int64 tensor (one addition, not ``arange``)."""
         count = stop - start
         if self._counting is None or self._counting.numel() < count:
             self._counting = torch.arange(count, dtype=torch.int64, device=self.device)
-        return self._counting[:count] + start
+        return self._counting[:count] + self._word(start)
 
     def run(self, state: torch.Tensor, work: torch.Tensor, first: int = 0) -> torch.Tensor:
         """Rounds ``first`` to 9 on the words ``state`` (modified); returns ``state``.
@@ -113,13 +132,18 @@ class Rounds:
         garbage.
         """
         even, odd, products = state[:2], state[2:], work
+        even0, even1 = self._rows_of(even)
+        rows = {0: self._rows_of(odd), 1: self._rows_of(products)}
+        mask, m0, m1, high = self._mask, self._m0, self._m1, self._32
+        turn = 1
         for r in range(first, _ROUNDS):
-            even.bitwise_and_(_MASK32)
-            torch.mul(even[0], _M0, out=products[1])
-            torch.mul(even[1], _M1, out=products[0])
-            torch.bitwise_right_shift(products, 32, out=even)
+            product1, product0 = rows[turn]
+            even.bitwise_and_(mask)
+            torch.mul(even0, m0, out=product0)
+            torch.mul(even1, m1, out=product1)
+            torch.bitwise_right_shift(products, high, out=even)
             even.bitwise_xor_(odd).bitwise_xor_(self._keys[r])
-            odd, products = products, odd
+            odd, products, turn = products, odd, 1 - turn
         if (_ROUNDS - first) % 2:
             state[2:] = odd
         return state
@@ -134,25 +158,45 @@ class Rounds:
         call reuses.
         """
         state, work = self.buffers(block.numel())
+        x0, x2, x1, x3 = self._state_rows(state)  # the rows, even words first
+        word, mask, m0, m1, high = self._word, self._mask, self._m0, self._m1, self._32
+        constants = self._layouts.get((c1, c2, c3))
+        if constants is None:
+            constants = self._layouts[(c1, c2, c3)] = tuple(
+                word(v) for v in self._layout_constants(c1, c2, c3)
+            )
+        # round 1: x0 is the block's low word, x2 and x3 constants (x1 too, for small blocks)
+        low = block if c1 is not None else block & mask
+        torch.mul(low, m0, out=x3)  # x3 = lo(x0 * M0), dirty
+        torch.bitwise_right_shift(x3, high, out=x2).bitwise_xor_(constants[0])
+        if c1 is None:
+            torch.bitwise_right_shift(block, high, out=x0).bitwise_xor_(constants[1])
+            x1.fill_(constants[2])
+            return self.run(state, work, first=1)
+        # round 2: x0 and x1 constant, x2 and x3 tensors
+        torch.mul(x2.bitwise_and_(mask), m1, out=x1)  # x1 = lo(x2 * M1)
+        torch.bitwise_right_shift(x1, high, out=x0).bitwise_xor_(constants[1])
+        torch.bitwise_xor(x3, constants[2], out=x2)
+        x3.fill_(constants[3])
+        return self.run(state, work, first=2)
+
+    def _layout_constants(self, c1: int | None, c2: int, c3: int) -> tuple[int, ...]:
+        """The constants of :meth:`layout`'s first rounds for the constant counter words."""
         (k0, k1), (j0, j1) = self.keys[0], self.keys[1]
         q1 = c2 * _M1
-        # round 1: x0 is the block's low word, x2 and x3 constants (x1 too, for small blocks)
-        x0, x2, x1, x3 = state  # the rows, even words first
-        low = block if c1 is not None else block & _MASK32
-        torch.mul(low, _M0, out=x3)  # x3 = lo(x0 * M0), dirty
-        torch.bitwise_right_shift(x3, 32, out=x2).bitwise_xor_(c3 ^ k1)
         if c1 is None:
-            torch.bitwise_right_shift(block, 32, out=x0).bitwise_xor_((q1 >> 32) ^ k0)
-            x1.fill_(q1 & _MASK32)
-            return self.run(state, work, first=1)
+            return c3 ^ k1, (q1 >> 32) ^ k0, q1 & _MASK32
         y0, y1 = ((q1 >> 32) ^ c1 ^ k0) & _MASK32, q1 & _MASK32
-        # round 2: x0 and x1 constant, x2 and x3 tensors
         q0 = y0 * _M0
-        torch.mul(x2.bitwise_and_(_MASK32), _M1, out=x1)  # x1 = lo(x2 * M1)
-        torch.bitwise_right_shift(x1, 32, out=x0).bitwise_xor_(y1 ^ j0)
-        torch.bitwise_xor(x3, (q0 >> 32) ^ j1, out=x2)
-        x3.fill_(q0 & _MASK32)
-        return self.run(state, work, first=2)
+        return c3 ^ k1, y1 ^ j0, (q0 >> 32) ^ j1, q0 & _MASK32
+
+    def _state_rows(self, state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The four rows of the state buffer, made once per buffer."""
+        key = -state.data_ptr() - 1  # apart from the pairs' keys
+        rows = self._rows.get(key)
+        if rows is None:
+            rows = self._rows[key] = tuple(state)
+        return rows
 
 
 def philox4x32_10(  # noqa: PLR0917 - the paper's four counter words and two key words

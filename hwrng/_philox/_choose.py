@@ -17,7 +17,7 @@ from hwrng._philox import _triton as fused
 from hwrng._philox._index import Indices, ShardIndices
 from hwrng._philox._parameters import check_parameters
 
-__all__ = ["Draw", "bernoulli_mask", "drawer", "normal", "trunc_normal", "uniform"]
+__all__ = ["Draw", "bernoulli_mask", "drawer", "dropout", "normal", "trunc_normal", "uniform"]
 
 #: what :func:`drawer` returns: ``draw(seed, position, index, out=None)``
 Draw = Callable[..., torch.Tensor]
@@ -82,7 +82,9 @@ def uniform(
     """
     return _dispatch(
         index,
-        lambda s: fused.uniform(seed, position, s.dims, s.shape, dtype, low=low, high=high),
+        lambda s: fused.uniform(
+            seed, position, s.dims, s.shape, dtype, low=low, high=high, ranges=s.ranges
+        ),
         lambda i: generic.uniform(seed, position, i, dtype, low=low, high=high, out=out),
         out,
     )
@@ -125,7 +127,9 @@ def normal(
     """
     return _dispatch(
         index,
-        lambda s: fused.normal(seed, position, s.dims, s.shape, dtype, mean=mean, std=std),
+        lambda s: fused.normal(
+            seed, position, s.dims, s.shape, dtype, mean=mean, std=std, ranges=s.ranges
+        ),
         lambda i: generic.normal(seed, position, i, dtype, mean=mean, std=std, out=out),
         out,
     )
@@ -165,10 +169,26 @@ def bernoulli_mask(
     """
     return _dispatch(
         index,
-        lambda s: fused.bernoulli_mask(seed, position, s.dims, s.shape, p),
+        lambda s: fused.bernoulli_mask(seed, position, s.dims, s.shape, p, ranges=s.ranges),
         lambda i: generic.bernoulli_mask(seed, position, i, p, out=out),
         out,
     )
+
+
+def dropout(
+    seed: int, position: int, index: Indices, source: torch.Tensor, p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dropout of ``source`` (``0 < p < 1``), the values at ``index``: the output and its mask.
+
+    In one launch of the fused kernel where it serves the shard (the input
+    read, the mask drawn and the output written in one pass), else the
+    generic path. See :func:`hwrng._philox._distributions.dropout`.
+    """
+    if isinstance(index, ShardIndices) and fused.available(index.device):
+        return fused.dropout(
+            seed, position, index.dims, index.shape, source, p, ranges=index.ranges
+        )
+    return generic.dropout(seed, position, index, source, p)
 
 
 def trunc_normal(
@@ -216,7 +236,7 @@ def trunc_normal(
     return _dispatch(
         index,
         lambda s: fused.trunc_normal(
-            seed, position, s.dims, s.shape, dtype, mean=mean, std=std, a=a, b=b
+            seed, position, s.dims, s.shape, dtype, mean=mean, std=std, a=a, b=b, ranges=s.ranges
         ),
         lambda i: generic.trunc_normal(
             seed, position, i, dtype, mean=mean, std=std, a=a, b=b, out=out

@@ -26,14 +26,15 @@ result (tested with a dispatch mode that refuses them).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 
 from hwrng._exceptions import InvalidValueError
 from hwrng._philox import _math32 as m32
 from hwrng._philox._bits import MASK32, Rounds, layout_words
-from hwrng._philox._index import Indices, ShardIndices, check_dim_indices, index_shape
+from hwrng._philox._index import Indices, ShardIndices, index_shape
 from hwrng._philox._math import (
     TailScale,
     ln,
@@ -43,10 +44,12 @@ from hwrng._philox._math import (
     sqrt,
     tail_scale,
 )
+from hwrng._philox._operands import Maker, Operand, on_the_host
 from hwrng._philox._parameters import (
     PRECISION,
     checked_index,
     checked_seed_position,
+    dropout_parameters,
     normal_parameters,
     probabilities_broadcast,
     probability,
@@ -54,17 +57,18 @@ from hwrng._philox._parameters import (
     uniform_parameters,
 )
 
-__all__ = ["bernoulli_mask", "normal", "trunc_normal", "uniform"]
+__all__ = ["bernoulli_mask", "dropout", "normal", "trunc_normal", "uniform"]
 
 #: writes the values of a batch of ``n`` blocks, from their ``(4, n)`` words (high halves
 #: garbage, free to overwrite), into ``dest`` of shape ``(n, per_block)``
 _Table = Callable[[torch.Tensor, torch.Tensor], None]
 _F32 = torch.float32
 
-# Blocks per batch. On the CPU a batch's temporaries stay in the last-level cache (2-4x
-# faster than whole-tensor passes, measured) while each op is still large enough to run on
-# every core; elsewhere batches only bound the temporaries' memory.
-_CPU_BLOCKS = 1 << 17
+# Blocks per batch. On the CPU a batch's state and temporaries stay in a core's cache (its L2:
+# 2**16 blocks ran twice as slowly as 2**14 on the development machine) while each op is
+# still long enough for its fixed cost (about 2 us) not to dominate; elsewhere batches only
+# bound the temporaries' memory.
+_CPU_BLOCKS = 1 << 14
 _DEVICE_BLOCKS = 1 << 20
 # a run of consecutive indices at least this long is drawn on its own
 _LONG_RUN = 1 << 14
@@ -96,6 +100,37 @@ def _settle_the_allocator() -> None:
 
 
 _settled = False
+
+
+@contextlib.contextmanager
+def _one_intra_op_thread() -> Iterator[None]:
+    """Run the enclosed torch ops of this thread on one intra-op thread, then restore the count.
+
+    The generic path is a few hundred short tensor ops a batch. With several
+    intra-op threads each op is a parallel region whose threads meet at a
+    barrier, and where more threads are busy than there are cores (ranks
+    sharing a host, ``hwrng check``'s 8 processes on 2 cores) a barrier waits
+    for a descheduled thread: measured, 8 processes on 2 cores drew 30 to 160
+    times slower than on one thread each (``benchmarks/bench_invariant_load.py``).
+    On one thread the ops cost the same alone and under load, and the CPU
+    generators torch compares with (``rand``, ``randn``) draw on one thread
+    anyway. (torch's thread count is per thread of the process here: OpenMP's
+    setting is the calling thread's own.)
+    """
+    threads = torch.get_num_threads()
+    if _INTRA_OP_THREADS is None or threads == _INTRA_OP_THREADS:
+        yield
+        return
+    torch.set_num_threads(_INTRA_OP_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+#: the generic path's intra-op threads on the CPU (None: the calling thread's count, as
+#: torch's own ops; benchmarks/bench_invariant_load.py compares the two)
+_INTRA_OP_THREADS: int | None = 1
 
 
 def _contiguous_run(e: torch.Tensor) -> bool:
@@ -191,8 +226,30 @@ def _draw(
     if flat_out.numel() == 0:
         return out
     shift = per_block.bit_length() - 1
-    if device.type == torch.default_generator.device.type:  # the host's memory
-        _settle_the_allocator()
+    if device.type != torch.default_generator.device.type:
+        _draw_into(
+            flat_out, index, seed=seed, position=position, shift=shift, table=table, device=device
+        )
+        return out
+    _settle_the_allocator()  # the host's memory
+    with _one_intra_op_thread():
+        _draw_into(
+            flat_out, index, seed=seed, position=position, shift=shift, table=table, device=device
+        )
+    return out
+
+
+def _draw_into(
+    flat_out: torch.Tensor,
+    index: Indices,
+    *,
+    seed: int,
+    position: int,
+    shift: int,
+    table: _Table,
+    device: torch.device,
+) -> None:
+    """:func:`_draw`'s work: the values of ``index`` into ``flat_out`` (its flat view)."""
     rounds = Rounds(seed & MASK32, seed >> 32, device)
     if isinstance(index, ShardIndices):
         runs = index.runs()
@@ -211,7 +268,7 @@ def _draw(
                     table=table,
                     rounds=rounds,
                 )
-            return out
+            return
         index = index.flat()
     flat = index.reshape(-1)
     if _contiguous_run(flat):
@@ -224,21 +281,44 @@ def _draw(
             table=table,
             rounds=rounds,
         )
-        return out
+        return
     batch = _batch_blocks(device) << shift
     for start in range(0, flat.numel(), batch):
         part = flat[start : start + batch]
         target = flat_out[start : start + part.numel()]
         _scattered_values(target, part, seed=seed, position=position, shift=shift, table=table)
-    return out
 
 
 def checked_indices(index: Indices) -> Indices:
     """An index tensor as int64, or a shard's per-dim vectors, once checked; or raise."""
     if isinstance(index, ShardIndices):
-        check_dim_indices(index.dims, index.shape)
+        index.check()
         return index
     return checked_index(index)
+
+
+def _filled(
+    index: Indices, value: float, dtype: torch.dtype, out: torch.Tensor | None
+) -> torch.Tensor:
+    """Every element ``value`` (rounded to ``dtype``): an op with nothing to draw."""
+    if out is None:
+        return torch.full(index_shape(index), value, dtype=dtype, device=index.device)
+    return out.fill_(value)
+
+
+def _clamp(x: torch.Tensor, lo: Operand, hi: Operand) -> torch.Tensor:
+    """``x`` clamped in place to ``[lo, hi]``, constants as :mod:`_operands` makes them."""
+    if isinstance(lo, torch.Tensor) and isinstance(hi, torch.Tensor):
+        return x.clamp_(lo, hi)
+    assert not isinstance(lo, torch.Tensor)
+    assert not isinstance(hi, torch.Tensor)
+    return x.clamp_(lo, hi)
+
+
+def _makers(device: torch.device) -> tuple[Maker, Maker]:
+    """Operands for int64 and float32 ops on ``device``'s tensors."""
+    cpu = on_the_host(device)
+    return Maker(torch.int64, cpu), Maker(_F32, cpu)
 
 
 def _words(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -251,11 +331,12 @@ def _to_lanes(rows: torch.Tensor, dest: torch.Tensor) -> None:
     """Per-word values, in the words' row order ``w0, w2, w1, w3``, into ``dest`` ``(n, 4)``.
 
     Element ``4 b + j`` takes word ``j`` of block ``b``: the even words' rows
-    go to lanes 0 and 2, the odd words' to lanes 1 and 3 (each a strided write,
-    several times faster than one transposed copy on the CPU).
+    go to lanes 0 and 2, the odd words' to lanes 1 and 3, one copy a lane (a
+    strided write along the whole batch: copying two lanes at once makes torch
+    loop over the pair innermost, four times slower on the CPU).
     """
-    dest[:, 0::2].copy_(rows[:2].t())
-    dest[:, 1::2].copy_(rows[2:].t())
+    for lane, row in zip((0, 2, 1, 3), rows, strict=True):
+        dest[:, lane].copy_(row)
 
 
 def _single(dest: torch.Tensor) -> torch.Tensor:
@@ -325,9 +406,7 @@ def uniform(
     index = checked_indices(index)
     low, high, lo, hi = uniform_parameters(dtype, low, high)
     if low == high:
-        if out is None:
-            return torch.full(index_shape(index), low, dtype=dtype, device=index.device)
-        return out.fill_(low)
+        return _filled(index, low, dtype, out)
     width = high - low
     unit = low == 0.0 and high == 1.0
 
@@ -349,18 +428,27 @@ def uniform(
     top = MASK32 ^ ((1 << (32 - PRECISION[dtype])) - 1)
     scale, offset = m32.f32(width), m32.f32(low)
     folded = scale >= 2.0**-94
+    word, single = _makers(index.device)
+    k_top, k_scale, k_offset, k_lo, k_hi = (
+        word(top),
+        single(scale),
+        single(offset),
+        single(lo),
+        single(hi),
+    )
+    k_unit, k_folded = single(2.0**-32), single(scale * 2.0**-32)
 
     def table32(words: torch.Tensor, dest: torch.Tensor) -> None:
         u = _single(dest)
-        _to_lanes(words.bitwise_and_(top), u)  # exact: at most 24 significant bits
+        _to_lanes(words.bitwise_and_(k_top), u)  # exact: at most 24 significant bits
         if unit:
-            u.mul_(2.0**-32)
+            u.mul_(k_unit)
         else:
             if folded:
-                u.mul_(scale * 2.0**-32)
+                u.mul_(k_folded)
             else:
-                u.mul_(2.0**-32).mul_(scale)
-            u.add_(offset).clamp_(lo, hi)
+                u.mul_(k_unit).mul_(k_scale)
+            _clamp(u.add_(k_offset), k_lo, k_hi)
         _finish(u, dest)
 
     return _draw(seed, position, index, 4, dtype=dtype, table=table32, out=out)
@@ -417,21 +505,30 @@ def normal(
         return _draw(seed, position, index, 2, dtype=dtype, table=table, out=out)
 
     scale, offset = m32.f32(std), m32.f32(mean)
+    word, single = _makers(index.device)
+    k_mask, k_one, k_eight, k_angle = word(MASK32), word(1), word(8), word(0xFFFFFF)
+    k_unit, k_minus2, k_scale, k_offset = (
+        single(2.0**-32),
+        single(-2.0),
+        single(scale),
+        single(offset),
+    )
 
     def table32(words: torch.Tensor, dest: torch.Tensor) -> None:
         # pairs (w0, w1) and (w2, w3): u1 from the even words (rows 0, 1), the angle from the
         # odd ones (rows 2, 3)
-        u1 = words[:2].bitwise_and_(MASK32).add_(1).to(_F32).mul_(2.0**-32)
-        radius = m32.sqrt(m32.ln(u1).mul_(-2.0))
-        sin, cos = m32.sincos_turns(words[2:].bitwise_right_shift_(8).bitwise_and_(0xFFFFFF))
+        even, odd = words[:2], words[2:]
+        u1 = even.bitwise_and_(k_mask).add_(k_one).to(_F32).mul_(k_unit)
+        radius = m32.sqrt(m32.ln(u1).mul_(k_minus2))
+        sin, cos = m32.sincos_turns(odd.bitwise_right_shift_(k_eight).bitwise_and_(k_angle))
         # rows (cos of pair 0, cos of pair 1, sin of pair 0, sin of pair 1): the lanes' order of
         # the words' rows, computed in a buffer that stays in the cache, written out once
         z = torch.empty(words.shape, dtype=_F32, device=words.device)
         torch.mul(radius, cos, out=z[:2])
         torch.mul(radius, sin, out=z[2:])
         if scale != 1.0:  # (multiplying by 1 changes no bit)
-            z.mul_(scale)
-        _to_lanes(z.add_(offset), dest)
+            z.mul_(k_scale)
+        _to_lanes(z.add_(k_offset), dest)
 
     return _draw(seed, position, index, 4, dtype=dtype, table=table32, out=out)
 
@@ -494,16 +591,52 @@ def bernoulli_mask(
         )
         mask = words < _thresholds(p, index.device)
         return mask if out is None else out.copy_(mask)
-    threshold = round(single * 2**32)
+    word, _ = _makers(index.device)
+    k_mask, k_threshold = word(MASK32), word(round(single * 2**32))
     return _draw(
         seed,
         position,
         index,
         4,
         dtype=torch.bool,
-        table=lambda w, dest: _to_lanes(w.bitwise_and_(MASK32).lt_(threshold), dest),
+        table=lambda w, dest: _to_lanes(w.bitwise_and_(k_mask).lt_(k_threshold), dest),
         out=out,
     )
+
+
+def dropout(
+    seed: int, position: int, index: Indices, source: torch.Tensor, p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dropout of ``source``, the values at global indices ``index``: the output and its mask.
+
+    Parameters
+    ----------
+    seed : int
+        The 64-bit seed, in ``[0, 2**64)``.
+    position : int
+        The op's position, in ``[0, 2**63)``.
+    index : torch.Tensor or ShardIndices
+        Global flat element indices, or a shard's description by per-dim index vectors.
+    source : torch.Tensor
+        The input, of ``index``'s shape: float32, float64, float16 or bfloat16.
+    p : float
+        The probability of dropping an element, ``0 < p < 1``.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``source * m * c`` (``source * 0`` where dropped) and the mask ``m`` of
+        kept elements, Bernoulli(``1 - p``); ``c`` is ``1 / (1 - p)`` in the
+        dtype (see :func:`~hwrng._philox._parameters.dropout_parameters`).
+    """
+    scale, _ = dropout_parameters(source.dtype, p)
+    if tuple(source.shape) != index_shape(index):
+        raise InvalidValueError(
+            f"the input has shape {tuple(source.shape)}, the index {index_shape(index)}"
+        )
+    kept = bernoulli_mask(seed, position, index, 1.0 - p)
+    factor = kept.to(source.dtype).mul_(scale)  # exact: scale is a value of the dtype
+    return source * factor, kept
 
 
 def trunc_normal(
@@ -548,8 +681,10 @@ def trunc_normal(
     seed, position = checked_seed_position(seed, position)
     index = checked_indices(index)
     mean, std, a, b, lo, hi = trunc_normal_parameters(dtype, mean, std, a, b)
+    if a == b:
+        return _filled(index, a, dtype, out)
     alpha, beta = (a - mean) / std, (b - mean) / std
-    mirror = alpha + beta > 0
+    mirror = alpha + beta > 0  # (False for a = -inf and b = +inf: their sum is NaN)
     if mirror:
         alpha, beta = -beta, -alpha
 
@@ -574,15 +709,19 @@ def trunc_normal(
 
     scaled = tail_scale(alpha, beta)
     scale, offset = m32.f32(std), m32.f32(mean)
+    word, single = _makers(index.device)
+    k_mask, k_two, k_one = word(MASK32), word(2), word(1)
+    k_unit, k_width, k_base = single(2.0**-33), single(scaled.width), single(scaled.base)
+    k_scale, k_offset, k_lo, k_hi = single(scale), single(offset), single(lo), single(hi)
 
     def table32(words: torch.Tensor, dest: torch.Tensor) -> None:
-        w = words.bitwise_and_(MASK32)
-        u = (w * 2).add_(1).to(_F32).mul_(2.0**-33)
-        p = u.mul_(scaled.width).add_(scaled.base)
+        w = words.bitwise_and_(k_mask)
+        u = (w * k_two).add_(k_one).to(_F32).mul_(k_unit)
+        p = u.mul_(k_width).add_(k_base)
         x = _ndtri32(p, w, scaled)
         if mirror:
             x.neg_()
-        _to_lanes(x.mul_(scale).add_(offset).clamp_(lo, hi), dest)
+        _to_lanes(_clamp(x.mul_(k_scale).add_(k_offset), k_lo, k_hi), dest)
 
     return _draw(seed, position, index, 4, dtype=dtype, table=table32, out=out)
 
@@ -597,10 +736,12 @@ def _ndtri32(p: torch.Tensor, w: torch.Tensor, scaled: TailScale) -> torch.Tenso
     if scaled.shift:  # every p lies below 1/16: the lower tail, scaled back by 2**-shift
         t = m32.sqrt(m32.ln(p, -scaled.shift).neg_())
         return m32.ndtri_tail(t).neg_()
-    q = p - 0.5
-    lower = q.view(torch.int32) >> 31  # -1 where q < 0 (q is never -0)
-    complement = (w.neg().add_(MASK32).mul_(2).add_(1)).to(_F32).mul_(2.0**-33)
-    complement.mul_(scaled.width).add_(scaled.upper)
+    word, single = _makers(p.device)
+    q = p - single(0.5)
+    lower = q.view(torch.int32) >> Maker(torch.int32, p.is_cpu)(31)  # -1 where q < 0 (never -0)
+    complement = w.neg().add_(word(MASK32)).mul_(word(2)).add_(word(1))
+    complement = complement.to(_F32).mul_(single(2.0**-33))
+    complement.mul_(single(scaled.width)).add_(single(scaled.upper))
     tail_p = m32.select(lower, p, complement)
     tail = m32.negate_where(lower, m32.ndtri_tail(m32.sqrt(m32.ln(tail_p).neg_())))
     outside = m32.less_than(m32.CENTRAL_LIMIT_BITS, q)

@@ -97,17 +97,28 @@ def flat_index_of_checked(vectors: Sequence[torch.Tensor], shape: Sequence[int])
     return total.expand(*(v.numel() for v in vectors)).contiguous()
 
 
+#: per dim, the runs ``(start, length)`` of consecutive global positions a shard holds
+Ranges = tuple[tuple[tuple[int, int], ...], ...]
+
+
 @dataclass(frozen=True, eq=False)
 class ShardIndices:
     """A shard's global indices, as one global index vector per dim (see :func:`flat_index`).
 
     The random ops accept it wherever they accept an index tensor: the fused
     Triton kernel reads this description directly (on CUDA, where Triton
-    imports); elsewhere the ops materialise :meth:`flat`.
+    imports); elsewhere the ops materialise :meth:`flat`, or draw run by run.
+
+    ``ranges``, when given, says the same on the host: per dim, the runs
+    ``(start, length)`` of consecutive global positions whose concatenation is
+    that dim's vector (what :mod:`hwrng.invariant` computes from a
+    ``ShardSpec``). The ops then read the shard's structure from it, without
+    reading the vectors back from their device.
     """
 
     dims: tuple[torch.Tensor, ...]
     shape: tuple[int, ...]
+    ranges: Ranges | None = None
 
     @property
     def device(self) -> torch.device:
@@ -118,6 +129,73 @@ class ShardIndices:
         """The global flat index of every element, in the shard's shape."""
         return flat_index(self.dims, self.shape)
 
+    def check(self) -> None:
+        """Raise unless the description is one of a shard of ``shape`` (see :func:`flat_index`)."""
+        if self.ranges is None:
+            check_dim_indices(self.dims, self.shape)
+            return
+        shape = [checked_word("global_shape entry", int(n), 2**62) for n in self.shape]
+        if not len(self.dims) == len(self.ranges) == len(shape):
+            raise InvalidValueError(
+                f"{len(self.dims)} index vectors and {len(self.ranges)} range lists for a "
+                f"{len(shape)}-dimensional global shape"
+            )
+        if math.prod(shape) >= 2**62:
+            raise InvalidValueError(f"global shape {tuple(shape)} has too many elements")
+        for axis, (vector, runs) in enumerate(zip(self.dims, self.ranges, strict=True)):
+            if vector.dim() != 1 or vector.numel() != sum(length for _, length in runs):
+                raise InvalidValueError(
+                    f"dim_indices[{axis}] (shape {tuple(vector.shape)}) is not the positions "
+                    f"of its ranges {runs}"
+                )
+            for start, length in runs:
+                if start < 0 or length < 0 or start + length > shape[axis]:
+                    raise InvalidValueError(
+                        f"dim_indices[{axis}] must lie in [0, {shape[axis]}), got the range "
+                        f"[{start}, {start + length})"
+                    )
+
+    def dim_range(self, axis: int) -> tuple[int, int] | None:
+        """``(start, length)`` if dim ``axis`` is one range of consecutive positions, else None."""
+        if self.ranges is not None:
+            merged: list[tuple[int, int]] = []
+            for start, length in self.ranges[axis]:
+                if length == 0:
+                    continue
+                if merged and merged[-1][0] + merged[-1][1] == start:
+                    merged[-1] = (merged[-1][0], merged[-1][1] + length)
+                else:
+                    merged.append((start, length))
+            return merged[0] if len(merged) == 1 else None
+        vector = self.dims[axis]
+        if vector.numel() == 0:
+            return None
+        first = int(vector[0])
+        return (first, vector.numel()) if _is_range(vector, first, vector.numel()) else None
+
+    def run_layout(self) -> tuple[int, int, int]:
+        """The shard as runs of consecutive global indices: ``(outer, first, length)``.
+
+        The shard's elements, in its order, are runs of ``length`` consecutive
+        global indices; run ``r`` starts at ``first + sum_k dims[k][j_k] *
+        stride_k`` over the first ``outer`` dims, ``(j_0, ..., j_{outer-1})``
+        the multi-index of ``r`` in those dims (row-major strides of
+        ``shape``). Trailing dims held whole merge into the runs, and so does
+        the dim before them when it holds one range; else the runs are as long
+        as the whole trailing dims (1 when the last dim is scattered).
+        """
+        shape = self.shape
+        inner, k = 1, len(shape)
+        while k and self.dim_range(k - 1) == (0, shape[k - 1]):
+            inner *= shape[k - 1]
+            k -= 1
+        if k == 0:
+            return 0, 0, inner
+        held = self.dim_range(k - 1)
+        if held is None:
+            return k, 0, inner
+        return k - 1, held[0] * inner, held[1] * inner
+
     def runs(self, most: int = 4096) -> list[tuple[int, int]] | None:
         """The shard's elements as runs of consecutive global indices, in the shard's order.
 
@@ -127,26 +205,15 @@ class ShardIndices:
         shard is not such runs, or would take more than ``most`` of them.
         (A row-sharded tensor is one run; a column shard, one run a row.)
         """
-        shape, dims = self.shape, self.dims
-        inner, k = 1, len(shape)
-        while k and _is_range(dims[k - 1], 0, shape[k - 1]):
-            inner *= shape[k - 1]
-            k -= 1
-        if k == 0:
-            return [(0, inner)]
-        vector = dims[k - 1]
-        if vector.numel() == 0 or not _is_range(vector, int(vector[0]), vector.numel()):
+        outer, first, length = self.run_layout()
+        count = math.prod(v.numel() for v in self.dims[:outer])
+        if count > most or length == 0:
             return None
-        length = vector.numel() * inner
-        count = math.prod(v.numel() for v in dims[: k - 1])
-        if count > most:
-            return None
-        first = int(vector[0]) * inner
-        if k == 1:
+        if outer == 0:
             return [(first, length)]
-        outer = flat_index(list(dims[: k - 1]), shape[: k - 1]).reshape(-1).tolist()
-        row = shape[k - 1] * inner
-        return [(o * row + first, length) for o in outer]
+        starts = flat_index(list(self.dims[:outer]), self.shape[:outer]).reshape(-1).tolist()
+        row = math.prod(self.shape[outer:])
+        return [(o * row + first, length) for o in starts]
 
 
 def _is_range(vector: torch.Tensor, start: int, length: int) -> bool:

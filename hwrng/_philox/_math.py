@@ -194,13 +194,20 @@ def sqrt(v: torch.Tensor) -> torch.Tensor:
 
     torch's CPU ``sqrt`` (MKL's) is not correctly rounded; four steps
     ``y = (v / y + y) * 0.5`` from a guess within 3.5% give a deterministic
-    result within an ulp, on every device. ``sqrt(0) = 0``.
+    result within an ulp, on every device. ``sqrt(+0)`` and ``sqrt(-0)`` are ``+0``.
+
+    Examples
+    --------
+    >>> sqrt(torch.tensor([0.0, -0.0, 4.0], dtype=torch.float64)).tolist()
+    [0.0, 0.0, 2.0]
     """
     bits = v.view(torch.int64)
     y = ((bits >> 1) + SQRT_SEED).view(torch.float64)
     for _ in range(4):
         y = (v / y).add_(y).mul_(0.5)
-    y.view(torch.int64).bitwise_and_(((bits - 1) >> 63).bitwise_not_())  # sqrt(0) = 0
+    # all ones but where v is +0 or -0 (its magnitude's bits negated are then 0, not negative)
+    nonzero = (bits & 0x7FFFFFFFFFFFFFFF).neg_().bitwise_right_shift_(63)
+    y.view(torch.int64).bitwise_and_(nonzero)
     return y
 
 
@@ -286,15 +293,60 @@ def _phi_decimal(x: float) -> decimal.Decimal:
     return decimal.Decimal("0.5") + density * total
 
 
+_BOUND = 40.0  # beyond, Phi is 0 or 1 in float64
+#: digits kept past float64's 17 (1e-30 relative) in Phi and its differences, cancellations included
+_GUARD = 30
+
+
+def _base_precision(alpha: float, beta: float) -> int:
+    """Digits enough for Phi and 1 - Phi at ``alpha``, ``beta`` (the tails cancel 0.22 x**2)."""
+    return 17 + _GUARD + math.ceil(0.22 * max(alpha * alpha, beta * beta))
+
+
+def _phis(alpha: float, beta: float) -> tuple[decimal.Decimal, decimal.Decimal, int]:
+    """``Phi(alpha)``, ``Phi(beta)`` and the decimal precision to work on them at.
+
+    ``alpha`` and ``beta`` are clamped to ``[-40, 40]``. The precision keeps
+    ``Phi(beta) - Phi(alpha)`` and ``1 - Phi(beta)`` good to 1e-30 relative
+    even where they cancel (close bounds, far tails), so each rounds to the
+    float64 nearest the exact value unless that value lies within 1e-30
+    (relative) of a midpoint between two doubles.
+    """
+    base = _base_precision(alpha, beta)
+    precision = base
+    while True:
+        with decimal.localcontext() as ctx:
+            ctx.prec = precision
+            ctx.rounding = decimal.ROUND_HALF_EVEN
+            low, high = _phi_decimal(alpha), _phi_decimal(beta)
+            width = high - low
+        if width > 0:
+            # the digits that Phi(beta) - Phi(alpha) loses to cancellation
+            lost = (high / width).adjusted() + 1
+            if lost <= precision - base:
+                return low, high, precision
+            precision = base + lost + 2
+        elif alpha == beta:
+            return low, high, precision
+        else:  # Phi(beta) - Phi(alpha) > 0 cancelled to nothing: twice the digits
+            precision *= 2
+
+
+def _clamped(alpha: float, beta: float) -> tuple[float, float]:
+    return max(-_BOUND, min(_BOUND, alpha)), max(-_BOUND, min(_BOUND, beta))
+
+
 @functools.lru_cache(maxsize=256)
 def phi_interval(alpha: float, beta: float) -> tuple[float, float]:
-    """``Phi(alpha)`` and ``Phi(beta) - Phi(alpha)`` as float64, from exact decimal arithmetic."""
-    bound = 40.0  # beyond, Phi is 0 or 1 in float64
-    alpha, beta = max(-bound, min(bound, alpha)), max(-bound, min(bound, beta))
+    """``Phi(alpha)`` and ``Phi(beta) - Phi(alpha)`` as float64, each the nearest double.
+
+    From decimal arithmetic (:func:`_phis`); ``alpha`` and ``beta`` clamped to
+    ``[-40, 40]`` (infinite bounds included).
+    """
+    low, high, precision = _phis(*_clamped(alpha, beta))
     with decimal.localcontext() as ctx:
-        ctx.prec = 40 + math.ceil(0.22 * max(alpha * alpha, beta * beta))
+        ctx.prec = precision
         ctx.rounding = decimal.ROUND_HALF_EVEN
-        low, high = _phi_decimal(alpha), _phi_decimal(beta)
         return float(low), float(high - low)
 
 
@@ -324,14 +376,12 @@ def tail_scale(alpha: float, beta: float) -> TailScale:
 
     ``shift`` is 0 when ``Phi(beta) > 1/16``; otherwise the one that puts
     ``Phi(beta) * 2**shift`` in ``(1/4, 1/2]``. The values are rounded to
-    float64, then to float32.
+    float64 (each the nearest double: see :func:`_phis`), then to float32.
     """
-    bound = 40.0
-    alpha, beta = max(-bound, min(bound, alpha)), max(-bound, min(bound, beta))
+    low, high, precision = _phis(*_clamped(alpha, beta))
     with decimal.localcontext() as ctx:
-        ctx.prec = 40 + math.ceil(0.22 * max(alpha * alpha, beta * beta))
+        ctx.prec = precision
         ctx.rounding = decimal.ROUND_HALF_EVEN
-        low, high = _phi_decimal(alpha), _phi_decimal(beta)
         shift = 0
         if high <= decimal.Decimal(1) / 16:
             while high * 2**shift <= decimal.Decimal(1) / 4:

@@ -38,6 +38,8 @@ from collections.abc import Sequence
 
 import torch
 
+from hwrng._philox._operands import Maker, operands_for
+
 __all__ = [
     "COS_C",
     "LN2_HI",
@@ -121,11 +123,16 @@ def horner(coefficients: Sequence[float], x: torch.Tensor) -> torch.Tensor:
     Each step is its own torch op, so each is rounded in ``x``'s dtype (float32 here, float64
     in :mod:`hwrng._philox._math`) and never fused into a multiply-add.
     """
-    acc = x * coefficients[-1]
-    acc.add_(coefficients[-2])
-    for c in coefficients[-3::-1]:
-        acc.mul_(x).add_(c)
+    c = operands_for(x)
+    acc = x * c(coefficients[-1])
+    acc.add_(c(coefficients[-2]))
+    for value in coefficients[-3::-1]:
+        acc.mul_(x).add_(c(value))
     return acc
+
+
+def _int32(like: torch.Tensor) -> Maker:
+    return Maker(torch.int32, like.is_cpu)
 
 
 def ln(x: torch.Tensor, exponent: int = 0) -> torch.Tensor:
@@ -136,19 +143,20 @@ def ln(x: torch.Tensor, exponent: int = 0) -> torch.Tensor:
     >>> ln(torch.tensor([1.0, 0.5, 2.0**-30])).tolist()
     [0.0, -0.6931471824645996, -20.794414520263672]
     """
+    c, i = operands_for(x), _int32(x)
     bits = x.view(torch.int32)
-    k = (bits - SQRT_HALF_BITS).bitwise_right_shift_(23)
-    z = (bits - (k << 23)).view(_F32)  # in [f32(sqrt(1/2)), 2 f32(sqrt(1/2))), exactly
+    k = (bits - i(SQRT_HALF_BITS)).bitwise_right_shift_(i(23))
+    z = (bits - (k << i(23))).view(_F32)  # in [f32(sqrt(1/2)), 2 f32(sqrt(1/2))), exactly
     if exponent:
-        k.add_(exponent)
+        k.add_(i(exponent))
     e = k.to(_F32)
-    f = z.sub_(1.0)  # exact (Sterbenz)
-    s = f / (f + 2.0)
+    f = z.sub_(c(1.0))  # exact (Sterbenz)
+    s = f / (f + c(2.0))
     w = s * s
     tail = horner(LN_G, w).mul_(w)
-    half_square = (f * f).mul_(0.5)
-    inner = (half_square + tail).mul_(s).add_(e * LN2_LO)
-    return f.sub_(half_square.sub_(inner)).add_(e.mul_(LN2_HI))
+    half_square = (f * f).mul_(c(0.5))
+    inner = (half_square + tail).mul_(s).add_(e * c(LN2_LO))
+    return f.sub_(half_square.sub_(inner)).add_(e.mul_(c(LN2_HI)))
 
 
 def sqrt(v: torch.Tensor) -> torch.Tensor:
@@ -158,18 +166,23 @@ def sqrt(v: torch.Tensor) -> torch.Tensor:
     correctly rounded, so it differs from CUDA's in the last bit. The guess
     ``(bits(v) >> 1) + SQRT_SEED`` is within 3.5% of ``sqrt(v)``; three steps
     ``y = (v / y + y) * 0.5`` bring it within 0.75 ulp (every float32 in
-    ``[1, 4)`` checked, and the error repeats with the exponent). ``sqrt(0) = 0``.
+    ``[1, 4)`` checked, and the error repeats with the exponent). ``sqrt(+0)`` and
+    ``sqrt(-0)`` are ``+0`` (``-0`` is Box-Muller's ``-2 ln(1)``; the iteration
+    would start from a negative guess there).
 
     Examples
     --------
-    >>> sqrt(torch.tensor([0.0, 4.0, 2.0])).tolist()
-    [0.0, 2.0, 1.4142135381698608]
+    >>> sqrt(torch.tensor([0.0, -0.0, 4.0, 2.0])).tolist()
+    [0.0, 0.0, 2.0, 1.4142135381698608]
     """
+    c, i = operands_for(v), _int32(v)
     bits = v.view(torch.int32)
-    y = ((bits >> 1) + SQRT_SEED).view(_F32)
+    y = (bits >> i(1)).add_(i(SQRT_SEED)).view(_F32)
     for _ in range(3):
-        y = (v / y).add_(y).mul_(0.5)
-    y.view(torch.int32).bitwise_and_(bits.neg().bitwise_right_shift_(31))  # sqrt(0) = 0
+        y = (v / y).add_(y).mul_(c(0.5))
+    # all ones but where v is +0 or -0 (its magnitude's bits negated are then 0, not negative)
+    nonzero = (bits & i(0x7FFFFFFF)).neg_().bitwise_right_shift_(i(31))
+    y.view(torch.int32).bitwise_and_(nonzero)
     return y
 
 
@@ -185,7 +198,7 @@ def select(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor
 
 def negate_where(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``-x`` where the int32 ``mask`` is -1, else ``x``: the sign bit flipped, in place."""
-    x.view(torch.int32).bitwise_xor_(mask & _SIGN)
+    x.view(torch.int32).bitwise_xor_(mask & _int32(mask)(_SIGN))
     return x
 
 
@@ -204,35 +217,40 @@ def sincos_turns(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ([0.0, 1.0, -0.0], [1.0, -0.0, -1.0])
     """
     k = k.to(torch.int32, copy=True)  # modified below
+    i = _int32(k)
     # t = (2**21 - |m - 2**21|) / 2**22, m = k mod 2**22: exact in float32
-    t = (k & 0x3FFFFF).to(_F32).sub_(2.0**21).abs_().neg_().add_(2.0**21).mul_(2.0**-22)
+    t = (k & i(0x3FFFFF)).to(_F32)
+    c = operands_for(t)
+    t.sub_(c(2.0**21)).abs_().neg_().add_(c(2.0**21)).mul_(c(2.0**-22))
     w = t * t
     sin_t = horner(SIN_S, w).mul_(t)
-    sin_t.add_(t.mul_(1.5))  # t is not needed past here
-    cos_t = horner(COS_C, w).mul_(w).add_(1.0)
+    sin_t.add_(t.mul_(c(1.5)))  # t is not needed past here
+    cos_t = horner(COS_C, w).mul_(w).add_(c(1.0))
     # bits 23, 22, 21 of k (the quadrant's two bits, the fold) moved to the sign bit
-    bit23, bit22 = k << 8, k << 9
-    bit21 = k.bitwise_left_shift_(10)
+    bit23, bit22 = k << i(8), k << i(9)
+    bit21 = k.bitwise_left_shift_(i(10))
     # swapped where the fold differs from the quadrant's parity
-    swap = bit21.bitwise_xor_(bit22).bitwise_right_shift_(31)
+    swap = bit21.bitwise_xor_(bit22).bitwise_right_shift_(i(31))
     sin_bits, cos_bits = sin_t.view(torch.int32), cos_t.view(torch.int32)
     difference = (sin_bits ^ cos_bits).bitwise_and_(swap)
     # negative: the cosine in quadrants 1 and 2 (bit 23 xor bit 22), the sine in 2 and 3
-    cos_bits.bitwise_xor_(difference).bitwise_xor_(bit22.bitwise_xor_(bit23).bitwise_and_(_SIGN))
-    sin_bits.bitwise_xor_(difference).bitwise_xor_(bit23.bitwise_and_(_SIGN))
+    sign = i(_SIGN)
+    cos_bits.bitwise_xor_(difference).bitwise_xor_(bit22.bitwise_xor_(bit23).bitwise_and_(sign))
+    sin_bits.bitwise_xor_(difference).bitwise_xor_(bit23.bitwise_and_(sign))
     return sin_t, cos_t
 
 
 def ndtri_central(q: torch.Tensor) -> torch.Tensor:
     """``Phi^-1(1/2 + q)`` for float32 ``|q| <= 0.425``: ``q A(r) / B(r)``, ``r = R0 - q**2``."""
-    r = (q * q).neg_().add_(R0)
+    r = (q * q).neg_().add_(operands_for(q)(R0))
     return (q * horner(NDTRI_CENTRAL_A, r)).div_(horner(NDTRI_CENTRAL_B, r))
 
 
 def ndtri_tail(t: torch.Tensor) -> torch.Tensor:
     """``-Phi^-1(p)`` from float32 ``t = sqrt(-ln p) >= 1.6``: one fit to 5, another past it."""
-    near = t - NEAR_OFFSET
-    far = t - FAR_OFFSET
+    c = operands_for(t)
+    near = t - c(NEAR_OFFSET)
+    far = t - c(FAR_OFFSET)
     beyond = less_than(_FAR_BITS, t)  # t > 5 (t >= 0, or NaN: then beyond too)
     return select(
         beyond,
@@ -247,5 +265,6 @@ def less_than(limit_bits: int, x: torch.Tensor) -> torch.Tensor:
     Compares the bits of ``|x|`` as integers: non-negative floats order as
     their bit patterns do.
     """
-    magnitude = x.view(torch.int32) & 0x7FFFFFFF
-    return magnitude.neg_().add_(limit_bits).bitwise_right_shift_(31)
+    i = _int32(x)
+    magnitude = x.view(torch.int32) & i(0x7FFFFFFF)
+    return magnitude.neg_().add_(i(limit_bits)).bitwise_right_shift_(i(31))

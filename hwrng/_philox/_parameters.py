@@ -23,6 +23,7 @@ __all__ = [
     "checked_index",
     "checked_seed_position",
     "checked_word",
+    "dropout_parameters",
     "normal_parameters",
     "probabilities_broadcast",
     "probability",
@@ -182,19 +183,57 @@ def probability(p: float | torch.Tensor) -> float:
     return value
 
 
+def _real(name: str, given: float) -> float:
+    if isinstance(given, bool):
+        raise InvalidArgumentError(f"{name} must be a real number, got a bool")
+    try:
+        return float(given)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{name} must be a real number, got {given!r}") from None
+
+
+def dropout_parameters(dtype: torch.dtype, p: float) -> tuple[float, int]:
+    """Dropout's scale in ``dtype`` and its Bernoulli threshold for ``0 < p < 1``; or raise.
+
+    The scale is ``1 / (1 - p)`` in float64, rounded to float32, then to the
+    dtype (float64: as it is): what multiplying a 0/1 mask of the dtype by the
+    Python number gives. The threshold is Bernoulli's of ``f64(1 - p)``.
+    """
+    check_dtype(dtype)
+    value = _finite_floats(p=p)["p"]
+    if not 0.0 < value < 1.0:
+        raise InvalidValueError(f"dropout draws for 0 < p < 1, got {value}")
+    keep = 1.0 - value
+    return _to_dtype(1.0 / keep, dtype), round(keep * 2**32)
+
+
 def trunc_normal_parameters(
     dtype: torch.dtype, mean: float, std: float, a: float, b: float
 ) -> tuple[float, float, float, float, float, float]:
-    """``mean, std, a, b`` as floats and the dtype values nearest inside ``[a, b]``; or raise."""
+    """``mean, std, a, b`` as floats and the dtype values nearest inside ``[a, b]``; or raise.
+
+    As ``torch.nn.init.trunc_normal_`` where its result is well defined: ``a``
+    may be ``-inf`` and ``b`` ``+inf`` (a bound that does not bound), and
+    ``a == b`` (every value is ``a``, which must then be a value of the
+    dtype). Refused: ``a > b``, ``a = +inf``, ``b = -inf`` (no value lies
+    within; torch raises or fills infinities), NaN, a bound beyond the dtype's
+    finite range, non-finite ``mean`` or ``std``, and ``std <= 0`` (torch
+    divides by it).
+    """
     check_dtype(dtype)
-    params = _finite_floats(mean=mean, std=std, a=a, b=b)
-    mean, std, a, b = params["mean"], params["std"], params["a"], params["b"]
+    params = _finite_floats(mean=mean, std=std)
+    mean, std = params["mean"], params["std"]
+    a, b = _real("a", a), _real("b", b)
     if not std > 0:
         raise InvalidValueError(f"trunc_normal needs std > 0, got {std}")
-    if not a < b:
-        raise InvalidValueError(f"trunc_normal needs a < b, got a={a}, b={b}")
-    _check_within_dtype_range(dtype, a=a, b=b)
+    if math.isnan(a) or math.isnan(b) or not a <= b or a == math.inf or b == -math.inf:
+        raise InvalidValueError(
+            f"trunc_normal needs a <= b with a < +inf and b > -inf, got a={a}, b={b}"
+        )
+    _check_within_dtype_range(dtype, **{k: v for k, v in (("a", a), ("b", b)) if math.isfinite(v)})
     lo, hi = _dtype_values_within(a, b, dtype, open_high=False)
+    if a == b and lo != a:
+        raise InvalidValueError(f"trunc_normal with a == b needs a value of {dtype}, got {a}")
     return mean, std, a, b, lo, hi
 
 

@@ -2,13 +2,24 @@
 # (Triton kernels take untyped, specialised parameters; the public functions are fully typed.)
 # ruff: noqa: PLR0917
 # (Triton device functions take their operands and constants positionally.)
-"""A fused Triton kernel of the Philox ops for CUDA: uniform, normal, Bernoulli, truncated normal.
+"""A fused Triton kernel of the Philox ops for CUDA: every distribution and dropout, one pass each.
 
 One launch computes a local shard's values straight from the shard's per-dim
 global index vectors and writes them to the output: no int64 index tensor of
 the shard, no table of words, no temporaries. Up to four dims are read as
 they are; leading dims beyond four are collapsed into one vector whose length
 is the product of their local sizes (never the shard's size).
+
+A program computes 256 Philox blocks and writes every value each yields
+(four for the 32-bit-word dtypes, two for float64) that the shard holds, as
+torch's and cuRAND's kernels use a block's four words: the shard is read as
+runs of consecutive global indices (``ShardIndices.run_layout``), a run's
+first and last blocks partly written. A shard of one run whose first element
+starts a block stores 16-byte vectors with no shuffle between threads. Only a
+shard whose runs are shorter than ``_RUNS_FROM`` elements (a scattered last
+dim) is computed element by element, each value its whole block. Dropout
+reads the input, draws the mask and writes the output and the mask in the
+same pass.
 
 The counter layout (:mod:`hwrng._philox._bits`), the bit-to-float mapping
 and every float operation are those of the generic path
@@ -49,6 +60,7 @@ import math
 import os
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -56,10 +68,11 @@ import torch
 from hwrng._exceptions import InvalidDeviceError, InvalidValueError
 from hwrng._philox import _math, _math32
 from hwrng._philox._bits import DOMAIN_FLAG
-from hwrng._philox._index import check_dim_indices, flat_index_of_checked
+from hwrng._philox._index import Ranges, ShardIndices, flat_index_of_checked, index_shape
 from hwrng._philox._parameters import (
     PRECISION,
     checked_seed_position,
+    dropout_parameters,
     normal_parameters,
     probabilities_broadcast,
     probability,
@@ -81,6 +94,7 @@ __all__ = [
     "MAX_DIMS",
     "available",
     "bernoulli_mask",
+    "dropout",
     "normal",
     "trunc_normal",
     "uniform",
@@ -91,14 +105,19 @@ __all__ = [
 MAX_DIMS = 4
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+# elements a program computes (a shard of short runs), and Philox blocks (a shard of runs)
 _BLOCK = 4096 if _INTERPRET else 256
+_RUN_BLOCK = 1024 if _INTERPRET else 256
+# runs from this many elements share their blocks (tests lower it)
+_RUNS_FROM = 8
 # Shards from this many elements (plus a block) index their elements in int64 (tests lower it).
 _WIDE_FROM = 2**31
 
 # what the kernel computes (a constexpr)
-(_UNIFORM32, _UNIFORM64, _NORMAL32, _NORMAL64, _BERNOULLI, _BERNOULLI_P, _TRUNC32, _TRUNC64) = (
-    range(8)
-)
+(
+    _UNIFORM32, _UNIFORM64, _NORMAL32, _NORMAL64, _BERNOULLI, _BERNOULLI_P, _TRUNC32, _TRUNC64,
+    _DROPOUT,
+) = range(9)  # fmt: skip
 
 
 def why_unavailable(device: torch.device | str | None = None) -> str | None:
@@ -266,13 +285,13 @@ if triton is not None:
 
     @triton.jit
     def _sqrt32(v):
-        """``_math32.sqrt``: Newton's iteration from a bit-level guess (sqrt(0) = 0)."""
+        """``_math32.sqrt``: Newton's iteration from a bit-level guess (sqrt(+-0) = +0)."""
         bits = v.to(tl.int32, bitcast=True)
         y = _f32((bits >> 1) + _SQRT_SEED)
         for _ in tl.static_range(3):
             y = _div32(v, y) + y
             y = y * 0.5
-        return tl.where(bits == 0, 0.0, y)
+        return tl.where((bits & 0x7FFFFFFF) == 0, 0.0, y)
 
     @triton.jit
     def _ln32(x, shift):
@@ -384,13 +403,13 @@ if triton is not None:
 
     @triton.jit
     def _sqrt64(v):
-        """``_math.sqrt``: four Newton steps from a bit-level guess (sqrt(0) = 0)."""
+        """``_math.sqrt``: four Newton steps from a bit-level guess (sqrt(+-0) = +0)."""
         bits = v.to(tl.int64, bitcast=True)
         y = ((bits >> 1) + _SQRT_SEED64).to(tl.float64, bitcast=True)
         for _ in tl.static_range(4):
             y = _div(v, y) + y
             y = y * 0.5
-        return tl.where(bits == 0, 0.0, y)
+        return tl.where((bits & 0x7FFFFFFFFFFFFFFF) == 0, 0.0, y)
 
     @triton.jit
     def _ln64(x):
@@ -417,8 +436,8 @@ if triton is not None:
         return _horner9(s * s, _SH0, _SH1, _SH2, _SH3, _SH4, _SH5, _SH6, _SH7, _SH8) * s
 
     @triton.jit
-    def _turn53(k, want_sin):
-        """The sine (where ``want_sin``) or cosine of ``2 pi k / 2**53``, as ``sincos_turns``."""
+    def _sincos53(k):
+        """The sine and cosine of ``2 pi k / 2**53``, as ``_math.sincos_turns``."""
         quadrant = k >> 51
         s = (k & ((1 << 51) - 1)).to(tl.float64) * (2.0**-51)
         near = _sin_half_pi(s)
@@ -428,7 +447,7 @@ if triton is not None:
         cos = tl.where(odd, near, far)
         sin = tl.where(quadrant >= 2, -sin, sin)
         cos = tl.where((quadrant == 1) | (quadrant == 2), -cos, cos)
-        return tl.where(want_sin, sin, cos)
+        return sin, cos
 
     @triton.jit
     def _ndtri64(p):
@@ -458,8 +477,10 @@ if triton is not None:
 
     @triton.jit
     def _to_bf16(x):
-        """float32 to bfloat16 rounding to nearest even, on the bits (finite values)."""
+        """float32 to bfloat16 rounding to nearest even, on the bits; NaN to 0x7FC0, as torch's."""
         bits = x.to(tl.uint32, bitcast=True)
+        # NaN (dropout's x * 0 of an infinite input): x != x is the NaN test Triton compiles
+        bits = tl.where(x != x, 0x7FC00000, bits)  # noqa: PLR0124
         bits = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
         return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
@@ -486,17 +507,83 @@ if triton is not None:
         central = (tl.abs(q) <= _LIMIT) & (shift == 0)
         return tl.where(central, _ndtri_central32(q), tail)
 
-    # The kernel's branches are compile-time (KIND is a constexpr): each launch compiles one.
-    # (parameters that change from call to call: not specialised, so one compilation serves)
+    @triton.jit
+    def _lanes4(a, b, c, d):
+        """``[a0, b0, c0, d0, a1, b1, ...]``: four values a block, in the blocks' order."""
+        return tl.reshape(tl.join(tl.join(a, c), tl.join(b, d)), [a.shape[0] * 4])
+
+    @triton.jit
+    def _lanes2(a, b):
+        """``[a0, b0, a1, b1, ...]``: two values a block, in the blocks' order."""
+        return tl.reshape(tl.join(a, b), [a.shape[0] * 2])
+
+    @triton.jit
+    def _uniform32(w, scale, offset, lo, hi, SHIFT: tl.constexpr, UNIT: tl.constexpr):
+        """A word's uniform value in float32: its top bits times ``2**-m``, then the interval."""
+        u = (w >> SHIFT).to(tl.float32) * (2.0 ** (SHIFT - 32))
+        if not UNIT:  # (the unit interval is exact in every step)
+            u = u * scale
+            u = u + offset
+            u = tl.minimum(tl.maximum(u, lo), hi)
+        return u
+
+    @triton.jit
+    def _uniform64(a, b, scale, offset, hi, UNIT: tl.constexpr):
+        """The float64 uniform value of the words ``a``, ``b``."""
+        u = _bits53(a, b).to(tl.float64) * (2.0**-53)
+        if not UNIT:
+            u = u * scale
+            u = u + offset
+            u = tl.minimum(u, hi)
+        return u
+
+    @triton.jit
+    def _radius32(a):
+        """Box-Muller's radius ``SQRT(LN(u1) * -2)`` from the word ``a``, in float32."""
+        u1 = (a.to(tl.int64) + 1).to(tl.float32) * (2.0**-32)
+        return _sqrt32(_ln32(u1, 0) * -2.0)
+
+    @triton.jit
+    def _radius64(a, b):
+        """Box-Muller's radius from the words ``a``, ``b``, in float64."""
+        u1 = (_bits53(a, b) + 1).to(tl.float64) * (2.0**-53)
+        return _sqrt64(_ln64(u1) * -2.0)
+
+    @triton.jit
+    def _trunc_value32(w, d, p0, upper, shift, mirror, scale, offset, lo, hi):
+        """A word's truncated normal value in float32."""
+        x = _trunc32(w, d, p0, upper, shift)
+        x = tl.where(mirror != 0, -x, x)
+        v = x * scale
+        v = v + offset
+        return tl.minimum(tl.maximum(v, lo), hi)
+
+    @triton.jit
+    def _trunc_value64(a, b, d, p0, mirror, scale, offset, lo, hi):
+        """The float64 truncated normal value of the words ``a``, ``b``."""
+        k = ((a.to(tl.int64) >> 6) << 26) | (b.to(tl.int64) >> 6)
+        u = (k * 2 + 1).to(tl.float64) * (2.0**-53)
+        u = u * d
+        x = _ndtri64(u + p0)
+        x = tl.where(mirror != 0, -x, x)
+        v = x * scale
+        v = v + offset
+        return tl.minimum(tl.maximum(v, lo), hi)
+
+    # The kernel's branches are compile-time (KIND, RUNS... are constexprs): each launch
+    # compiles one. (Parameters that change from call to call are not specialised, so one
+    # compilation serves them all.)
     @triton.jit(
         do_not_specialize=[
             "k0", "k1", "c2", "c3", "a_bits", "b_bits", "lo_bits", "hi_bits", "d_bits",
-            "p0_bits", "upper_bits", "shift", "mirror", "threshold",
+            "p0_bits", "upper_bits", "shift", "mirror", "threshold", "first",
         ]
     )  # fmt: skip
     def _kernel(  # noqa: PLR0912, PLR0915
         out_ptr,
         p_ptr,
+        x_ptr,
+        m_ptr,
         i0_ptr,
         i1_ptr,
         i2_ptr,
@@ -513,6 +600,9 @@ if triton is not None:
         ps2,
         ps3,
         total,
+        first,
+        length,
+        per_run,
         k0,
         k1,
         c2,
@@ -532,27 +622,85 @@ if triton is not None:
         SHIFT: tl.constexpr,
         UNIT: tl.constexpr,
         WIDE: tl.constexpr,
+        RUNS: tl.constexpr,
+        ONE_RUN: tl.constexpr,
+        LEAD: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
+        """The values of a shard: per Philox block (``RUNS``) or per element.
+
+        ``RUNS``: the shard is runs of ``length`` consecutive global indices
+        (see ``ShardIndices.run_layout``), run ``r`` starting at ``first +
+        sum_k i_k[j_k] * s_k``. A program computes ``BLOCK`` Philox blocks, each
+        once, and writes all the values it yields (four for the 32-bit-word
+        dtypes, two for float64) that fall inside its run: slot ``t`` is block
+        ``t mod per_run`` of run ``t // per_run``, counted from the block of the
+        run's first element. ``total`` is the number of slots.
+
+        Otherwise a program computes ``BLOCK`` elements, each its block (a
+        shard whose runs are too short to share blocks); ``total`` is the
+        number of elements and the ``i_k`` span every dim.
+        """
         out_dtype: tl.constexpr = out_ptr.dtype.element_ty
-        if WIDE:  # a shard of 2**31 elements or more: int64 positions (slow division)
+        if WIDE:  # 2**31 slots or elements or more: int64 positions (slow division)
             offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         else:  # int32 positions: the shard's sizes are int32 too, so no int64 division below
             offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < total
-        j3 = offs % n3
-        rest = offs // n3
-        j2 = rest % n2
-        rest = rest // n2
-        j1 = rest % n1
-        j0 = rest // n1
-        e = (
-            tl.load(i0_ptr + j0, mask=mask, other=0) * s0
-            + tl.load(i1_ptr + j1, mask=mask, other=0) * s1
-            + tl.load(i2_ptr + j2, mask=mask, other=0) * s2
-            + tl.load(i3_ptr + j3, mask=mask, other=0) * s3
-        )
-        block = e >> BLOCK_SHIFT
+        live = offs < total
+        if RUNS and ONE_RUN:  # the values' places are consecutive: no run to look up
+            block = (first >> BLOCK_SHIFT) + offs.to(tl.int64)
+            if WIDE:
+                place = tl.program_id(0).to(tl.int64) * (BLOCK << BLOCK_SHIFT)
+            else:
+                place = tl.program_id(0) * (BLOCK << BLOCK_SHIFT)
+            # the first block starts LEAD values before the run (0: the stores are aligned)
+            where = place + tl.arange(0, BLOCK << BLOCK_SHIFT) - LEAD
+            mask = where < length if LEAD == 0 else (where >= 0) & (where < length)
+        elif RUNS:
+            run = offs // per_run
+            j3 = run % n3
+            rest = run // n3
+            j2 = rest % n2
+            rest = rest // n2
+            j1 = rest % n1
+            j0 = rest // n1
+            start = (
+                tl.load(i0_ptr + j0, mask=live, other=0) * s0
+                + tl.load(i1_ptr + j1, mask=live, other=0) * s1
+                + tl.load(i2_ptr + j2, mask=live, other=0) * s2
+                + tl.load(i3_ptr + j3, mask=live, other=0) * s3
+                + first
+            )
+            block = (start >> BLOCK_SHIFT) + (offs - run * per_run)
+            # where the block's first value falls in its run (< 0: before the run's start)
+            local = (block << BLOCK_SHIFT) - start
+            local = tl.where(live, local, -8)  # a slot past the end writes nothing
+            if not WIDE:
+                local = local.to(tl.int32)
+            base = run * length
+            if BLOCK_SHIFT == 2:
+                lane = _lanes4(local, local + 1, local + 2, local + 3)
+                where = _lanes4(base, base, base, base) + lane
+            else:
+                lane = _lanes2(local, local + 1)
+                where = _lanes2(base, base) + lane
+            mask = (lane >= 0) & (lane < length)
+        else:
+            mask = live
+            j3 = offs % n3
+            rest = offs // n3
+            j2 = rest % n2
+            rest = rest // n2
+            j1 = rest % n1
+            j0 = rest // n1
+            e = (
+                tl.load(i0_ptr + j0, mask=mask, other=0) * s0
+                + tl.load(i1_ptr + j1, mask=mask, other=0) * s1
+                + tl.load(i2_ptr + j2, mask=mask, other=0) * s2
+                + tl.load(i3_ptr + j3, mask=mask, other=0) * s3
+            )
+            block = e >> BLOCK_SHIFT
+            where = offs
         zero = tl.zeros([BLOCK], dtype=tl.uint32)
         x0, x1, x2, x3 = _philox_rounds(
             (block & 0xFFFFFFFF).to(tl.uint32),
@@ -562,69 +710,76 @@ if triton is not None:
             zero + k0.to(tl.uint32),
             zero + k1.to(tl.uint32),
         )
-        if KIND == 0:  # uniform, float32 / float16 / bfloat16: in float32
-            u = (_word(e, x0, x1, x2, x3) >> SHIFT).to(tl.float32) * (2.0 ** (SHIFT - 32))
-            if UNIT:  # exact in every step
-                value = _narrow(u, out_dtype)
-            else:
-                v = u * _f32(a_bits)
-                v = v + _f32(b_bits)
-                v = tl.minimum(tl.maximum(v, _f32(lo_bits)), _f32(hi_bits))
+        # (Triton compares constexprs with ==, not with in)
+        if KIND == 0 or KIND == 4 or KIND == 5 or KIND == 6 or KIND == 8:  # noqa: PLR1714
+            w = _lanes4(x0, x1, x2, x3) if RUNS else _word(e, x0, x1, x2, x3)
+            if KIND == 0:  # uniform, float32 / float16 / bfloat16: in float32
+                v = _uniform32(
+                    w, _f32(a_bits), _f32(b_bits), _f32(lo_bits), _f32(hi_bits), SHIFT, UNIT
+                )
                 value = _narrow(v, out_dtype)
-        elif KIND == 1:  # uniform, float64
-            second = (e & 1) == 1
-            u = _bits53(tl.where(second, x2, x0), tl.where(second, x3, x1)).to(tl.float64)
-            u = u * (2.0**-53)
-            if UNIT:
-                value = u
+            elif KIND == 4:  # Bernoulli, one threshold
+                value = w.to(tl.int64) < threshold
+            elif KIND == 5:  # Bernoulli, a threshold per element
+                # by runs, the thresholds are contiguous in the shard's shape
+                at = where if RUNS else j0 * ps0 + j1 * ps1 + j2 * ps2 + j3 * ps3
+                limit = tl.load(p_ptr + at, mask=mask, other=0)
+                value = w.to(tl.int64) < limit
+            elif KIND == 8:  # dropout of the input: Bernoulli, then x * scale or x * 0
+                keep = w.to(tl.int64) < threshold
+                tl.store(m_ptr + where, keep, mask=mask)
+                x = tl.load(x_ptr + where, mask=mask, other=0)
+                if out_dtype == tl.float64:
+                    value = tl.where(keep, x * _f64(a_bits), x * 0.0)
+                else:  # in float32: the scale is the dtype's, the products exact before rounding
+                    x = x.to(tl.float32)
+                    value = _narrow(tl.where(keep, x * _f32(a_bits), x * 0.0), out_dtype)
+            else:  # truncated normal, float32 / float16 / bfloat16
+                v = _trunc_value32(
+                    w, _f32(d_bits), _f32(p0_bits), _f32(upper_bits), shift, mirror,
+                    _f32(a_bits), _f32(b_bits), _f32(lo_bits), _f32(hi_bits),
+                )  # fmt: skip
+                value = _narrow(v, out_dtype)
+        elif KIND == 1 or KIND == 7:  # noqa: PLR1714 - float64, two words a value
+            if RUNS:
+                a = _lanes2(x0, x2)
+                b = _lanes2(x1, x3)
             else:
-                u = u * _f64(a_bits)
-                u = u + _f64(b_bits)
-                value = tl.minimum(u, _f64(hi_bits))
-        elif KIND == 4:  # Bernoulli, one threshold
-            value = _word(e, x0, x1, x2, x3).to(tl.int64) < threshold
-        elif KIND == 5:  # Bernoulli, a threshold per element
-            where = j0 * ps0 + j1 * ps1 + j2 * ps2 + j3 * ps3
-            limit = tl.load(p_ptr + where, mask=mask, other=0)
-            value = _word(e, x0, x1, x2, x3).to(tl.int64) < limit
+                second = (e & 1) == 1
+                a = tl.where(second, x2, x0)
+                b = tl.where(second, x3, x1)
+            if KIND == 1:  # uniform, float64
+                value = _uniform64(a, b, _f64(a_bits), _f64(b_bits), _f64(hi_bits), UNIT)
+            else:  # truncated normal, float64
+                value = _trunc_value64(
+                    a, b, _f64(d_bits), _f64(p0_bits), mirror,
+                    _f64(a_bits), _f64(b_bits), _f64(lo_bits), _f64(hi_bits),
+                )  # fmt: skip
         elif KIND == 2:  # normal, float32 / float16 / bfloat16 (Box-Muller within a block)
-            second = ((e >> 1) & 1) == 1
-            a = tl.where(second, x2, x0)
-            b = tl.where(second, x3, x1)
-            u1 = (a.to(tl.int64) + 1).to(tl.float32) * (2.0**-32)
-            radius = _sqrt32(_ln32(u1, 0) * -2.0)
-            sin, cos = _sincos24((b >> 8).to(tl.int32))
-            z = radius * tl.where((e & 1) == 1, sin, cos)
+            if RUNS:  # both pairs of the block, each radius and angle once
+                r0 = _radius32(x0)
+                sin0, cos0 = _sincos24((x1 >> 8).to(tl.int32))
+                r1 = _radius32(x2)
+                sin1, cos1 = _sincos24((x3 >> 8).to(tl.int32))
+                z = _lanes4(r0 * cos0, r0 * sin0, r1 * cos1, r1 * sin1)
+            else:
+                second = ((e >> 1) & 1) == 1
+                radius = _radius32(tl.where(second, x2, x0))
+                sin, cos = _sincos24((tl.where(second, x3, x1) >> 8).to(tl.int32))
+                z = radius * tl.where((e & 1) == 1, sin, cos)
             z = z * _f32(a_bits)
             z = z + _f32(b_bits)
             value = _narrow(z, out_dtype)
-        elif KIND == 3:  # normal, float64
-            u1 = (_bits53(x0, x1) + 1).to(tl.float64) * (2.0**-53)
-            radius = _sqrt64(_ln64(u1) * -2.0)
-            z = _turn53(_bits53(x2, x3), (e & 1) == 1) * radius
+        else:  # normal, float64
+            radius = _radius64(x0, x1)
+            sin, cos = _sincos53(_bits53(x2, x3))
+            if RUNS:
+                z = _lanes2(cos * radius, sin * radius)
+            else:
+                z = tl.where((e & 1) == 1, sin, cos) * radius
             z = z * _f64(a_bits)
             value = z + _f64(b_bits)
-        elif KIND == 6:  # truncated normal, float32 / float16 / bfloat16
-            w = _word(e, x0, x1, x2, x3)
-            x = _trunc32(w, _f32(d_bits), _f32(p0_bits), _f32(upper_bits), shift)
-            x = tl.where(mirror != 0, -x, x)
-            v = x * _f32(a_bits)
-            v = v + _f32(b_bits)
-            v = tl.minimum(tl.maximum(v, _f32(lo_bits)), _f32(hi_bits))
-            value = _narrow(v, out_dtype)
-        else:  # truncated normal, float64
-            second = (e & 1) == 1
-            a = tl.where(second, x2, x0).to(tl.int64)
-            b = tl.where(second, x3, x1).to(tl.int64)
-            k = ((a >> 6) << 26) | (b >> 6)
-            u = (k * 2 + 1).to(tl.float64) * (2.0**-53)
-            u = u * _f64(d_bits)
-            x = _ndtri64(u + _f64(p0_bits))
-            x = tl.where(mirror != 0, -x, x)
-            v = x * _f64(a_bits)
-            v = v + _f64(b_bits)
-            value = tl.minimum(tl.maximum(v, _f64(lo_bits)), _f64(hi_bits))
-        tl.store(out_ptr + offs, value, mask=mask)
+        tl.store(out_ptr + where, value, mask=mask)
 
 
 def _bits(value: float) -> int:
@@ -639,13 +794,25 @@ def _bits32(value: float) -> int:
     return signed
 
 
-def _shard(
-    dim_indices: Sequence[torch.Tensor], global_shape: Sequence[int], device: torch.device
-) -> tuple[list[torch.Tensor], list[int], tuple[int, ...]]:
-    """``MAX_DIMS`` index vectors with their global strides, and the shard's shape."""
-    shape, vectors = check_dim_indices(dim_indices, global_shape)
-    local = tuple(v.numel() for v in vectors)
-    strides = [math.prod(shape[k + 1 :]) for k in range(len(shape))]
+@dataclass(frozen=True)
+class _Plan:
+    """How one launch covers a shard: its index vectors (``MAX_DIMS``), strides and counts."""
+
+    vectors: list[torch.Tensor]
+    strides: list[int]
+    local: tuple[int, ...]  # the shard's shape
+    runs: bool  # a program computes Philox blocks (else elements)
+    total: int  # slots (blocks of runs) or elements
+    first: int = 0
+    length: int = 0
+    per_run: int = 0
+    one_run: bool = False
+
+
+def _padded(
+    vectors: list[torch.Tensor], strides: list[int], shape: Sequence[int], device: torch.device
+) -> tuple[list[torch.Tensor], list[int]]:
+    """At most ``MAX_DIMS`` vectors: the leading ones merged, then padded in front."""
     vectors = [v.to(device).contiguous() for v in vectors]
     if len(vectors) > MAX_DIMS:
         lead = len(vectors) - (MAX_DIMS - 1)
@@ -655,7 +822,30 @@ def _shard(
     while len(vectors) < MAX_DIMS:
         vectors.insert(0, torch.zeros(1, dtype=torch.int64, device=device))
         strides.insert(0, 0)
-    return vectors, strides, local
+    return vectors, strides
+
+
+def _plan(shard: ShardIndices, device: torch.device, block_shift: int) -> _Plan:
+    """The launch of a checked shard: by runs where they are long enough to share blocks."""
+    shape, dims = shard.shape, shard.dims
+    local = tuple(v.numel() for v in dims)
+    strides = [math.prod(shape[k + 1 :]) for k in range(len(shape))]
+    outer, first, length = shard.run_layout()
+    if length < _RUNS_FROM or math.prod(local) == 0:
+        vectors, strides = _padded(list(dims), strides, shape, device)
+        return _Plan(vectors, strides, local, runs=False, total=math.prod(local))
+    per_block = 1 << block_shift
+    vectors, outer_strides = _padded(list(dims[:outer]), strides[:outer], shape, device)
+    count = math.prod(v.numel() for v in dims[:outer])
+    # every run starts at the same offset in its block when the strides are multiples of the
+    # block: then no run needs a block more than its length asks
+    aligned = all(s % per_block == 0 for s in strides[:outer])
+    lead = first % per_block if aligned else per_block - 1
+    per_run = -(-(lead + length) // per_block)
+    return _Plan(
+        vectors, outer_strides, local, runs=True, total=count * per_run,
+        first=first, length=length, per_run=per_run, one_run=count == 1,
+    )  # fmt: skip
 
 
 def _float_bits(value: float, dtype: torch.dtype) -> int:
@@ -667,7 +857,7 @@ def _launch(
     kind: int,
     seed: int,
     position: int,
-    shard: tuple[list[torch.Tensor], list[int], tuple[int, ...]],
+    shard: ShardIndices,
     *,
     dtype: torch.dtype,
     device: torch.device,
@@ -684,36 +874,48 @@ def _launch(
     threshold: int = 0,
     limits: torch.Tensor | None = None,
     block: int | None = None,
+    source: torch.Tensor | None = None,
+    kept: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    vectors, strides, local = shard
-    out = torch.empty(local, dtype=dtype, device=device)
-    total = out.numel()
-    if total == 0:
+    """One launch: the values of ``shard`` (dropout: of ``source``, its mask into ``kept``)."""
+    block_shift = 1 if kind in (_UNIFORM64, _NORMAL64, _TRUNC64) else 2
+    plan = _plan(shard, device, block_shift)
+    out = torch.empty(plan.local, dtype=dtype, device=device)
+    if out.numel() == 0:
         return out
-    sizes = [v.numel() for v in vectors]
+    sizes = [v.numel() for v in plan.vectors]
     p_strides = [0] * MAX_DIMS
     p_arg: Any = out
-    if limits is not None:  # broadcast to the shard, then viewed in the kernel's four dims
-        p = limits.expand(local)
-        p = p.contiguous().reshape(sizes) if p.dim() > MAX_DIMS else p.reshape(sizes)
-        p_strides = list(p.stride())
+    if limits is not None:  # broadcast to the shard
+        p = limits.expand(plan.local)
+        if plan.runs:  # read where the value is written
+            p = p.contiguous()
+        else:  # viewed in the kernel's four dims
+            p = p.contiguous().reshape(sizes) if p.dim() > MAX_DIMS else p.reshape(sizes)
+            p_strides = list(p.stride())
         p_arg = p
     if tail is not None:  # the float32 truncated normal's probabilities
         d, p0, upper, scale = tail.width, tail.base, tail.upper, tail.shift
     else:
         d, p0, upper, scale = width, base, 0.0, 0
-    size = _BLOCK if block is None else block
-    grid = (triton.cdiv(total, size),)
+    size = block if block is not None else (_RUN_BLOCK if plan.runs else _BLOCK)
+    grid = (triton.cdiv(plan.total, size),)
+    reach = plan.total + size if not plan.runs else max(plan.total, out.numel()) + (size << 2)
     _kernel[grid](
         out,
         p_arg,
-        *vectors,
+        out if source is None else source,
+        out if kept is None else kept,
+        *plan.vectors,
         sizes[1],
         sizes[2],
         sizes[3],
-        *strides,
+        *plan.strides,
         *p_strides,
-        total,
+        plan.total,
+        plan.first,
+        plan.length,
+        plan.per_run,
         seed & 0xFFFFFFFF,
         seed >> 32,
         position & 0xFFFFFFFF,
@@ -729,14 +931,29 @@ def _launch(
         int(mirror),
         threshold,
         KIND=kind,
-        BLOCK_SHIFT=1 if kind in (_UNIFORM64, _NORMAL64, _TRUNC64) else 2,
+        BLOCK_SHIFT=block_shift,
         SHIFT=shift,
         UNIT=unit,
-        WIDE=total + size >= _WIDE_FROM,
+        WIDE=reach >= _WIDE_FROM,
+        RUNS=plan.runs,
+        ONE_RUN=plan.one_run,
+        LEAD=plan.first % (1 << block_shift) if plan.one_run else 0,
         BLOCK=size,
         enable_fp_fusion=False,
     )
     return out
+
+
+def _shard(
+    device: torch.device,
+    dim_indices: Sequence[torch.Tensor],
+    global_shape: Sequence[int],
+    ranges: Ranges | None,
+) -> ShardIndices:
+    """The shard's description, once checked (on the host alone where ``ranges`` are given)."""
+    shard = ShardIndices(tuple(dim_indices), tuple(int(n) for n in global_shape), ranges)
+    shard.check()
+    return shard
 
 
 def _device(dim_indices: Sequence[torch.Tensor]) -> torch.device:
@@ -759,6 +976,7 @@ def uniform(
     *,
     low: float = 0.0,
     high: float = 1.0,
+    ranges: Ranges | None = None,
 ) -> torch.Tensor:
     """The generic path's ``uniform`` for the shard ``flat_index(dim_indices, global_shape)``.
 
@@ -775,6 +993,11 @@ def uniform(
     low, high : float
         The bounds, as for the generic ``uniform``.
 
+    ranges : tuple, optional
+        The runs of each dim's positions on the host (``ShardIndices.ranges``):
+        with them the shard is checked and laid out without reading the
+        vectors back from the GPU.
+
     Returns
     -------
     torch.Tensor
@@ -790,9 +1013,9 @@ def uniform(
     device = _device(dim_indices)
     seed, position = checked_seed_position(seed, position)
     low, high, lo, hi = uniform_parameters(dtype, low, high)
-    shard = _shard(dim_indices, global_shape, device)
+    shard = _shard(device, dim_indices, global_shape, ranges)
     if low == high:
-        return torch.full(shard[2], low, dtype=dtype, device=device)
+        return torch.full(index_shape(shard), low, dtype=dtype, device=device)
     width = high - low  # rounded to float32 for a float32-word dtype, as the generic path does
     unit = low == 0.0 and high == 1.0
     if dtype == torch.float64:
@@ -814,6 +1037,7 @@ def normal(
     *,
     mean: float = 0.0,
     std: float = 1.0,
+    ranges: Ranges | None = None,
 ) -> torch.Tensor:
     """The generic path's ``normal`` for the shard ``flat_index(dim_indices, global_shape)``.
 
@@ -830,6 +1054,11 @@ def normal(
     mean, std : float
         As for the generic ``normal``.
 
+    ranges : tuple, optional
+        The runs of each dim's positions on the host (``ShardIndices.ranges``):
+        with them the shard is checked and laid out without reading the
+        vectors back from the GPU.
+
     Returns
     -------
     torch.Tensor
@@ -845,7 +1074,7 @@ def normal(
     seed, position = checked_seed_position(seed, position)
     mean, std = normal_parameters(dtype, mean, std)
     kind = _NORMAL64 if dtype == torch.float64 else _NORMAL32
-    shard = _shard(dim_indices, global_shape, device)
+    shard = _shard(device, dim_indices, global_shape, ranges)
     return _launch(
         kind, seed, position, shard, dtype=dtype, device=device, a=std, b=mean,
     )  # fmt: skip
@@ -857,6 +1086,8 @@ def bernoulli_mask(
     dim_indices: Sequence[torch.Tensor],
     global_shape: Sequence[int],
     p: float | torch.Tensor,
+    *,
+    ranges: Ranges | None = None,
 ) -> torch.Tensor:
     """The generic path's ``bernoulli_mask`` for the shard of ``dim_indices`` in ``global_shape``.
 
@@ -872,6 +1103,11 @@ def bernoulli_mask(
         The probability of true: one number, or a floating tensor that
         broadcasts to the shard's shape.
 
+    ranges : tuple, optional
+        The runs of each dim's positions on the host (``ShardIndices.ranges``):
+        with them the shard is checked and laid out without reading the
+        vectors back from the GPU.
+
     Returns
     -------
     torch.Tensor
@@ -886,12 +1122,12 @@ def bernoulli_mask(
     device = _device(dim_indices)
     seed, position = checked_seed_position(seed, position)
     single = probability(p)
-    shard = _shard(dim_indices, global_shape, device)
+    shard = _shard(device, dim_indices, global_shape, ranges)
     if isinstance(p, torch.Tensor):
-        if not probabilities_broadcast(p.shape, shard[2]):
+        if not probabilities_broadcast(p.shape, index_shape(shard)):
             raise InvalidValueError(
                 f"probabilities of shape {tuple(p.shape)} do not broadcast to the shard's "
-                f"shape {shard[2]}"
+                f"shape {index_shape(shard)}"
             )
         wide = torch.float64 if p.dtype == torch.float64 else torch.float32
         limits = torch.round(p.to(device=device, dtype=wide) * 2.0**32).to(torch.int64)
@@ -902,6 +1138,61 @@ def bernoulli_mask(
         _BERNOULLI, seed, position, shard, dtype=torch.bool, device=device,
         threshold=round(single * 2**32),
     )  # fmt: skip
+
+
+def dropout(
+    seed: int,
+    position: int,
+    dim_indices: Sequence[torch.Tensor],
+    global_shape: Sequence[int],
+    source: torch.Tensor,
+    p: float,
+    *,
+    ranges: Ranges | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The generic path's ``dropout`` of ``source``, the shard of ``dim_indices``, in one launch.
+
+    Parameters
+    ----------
+    seed, position : int
+        As for the generic ``dropout``.
+    dim_indices : sequence of torch.Tensor
+        The shard's global positions along each dim (see ``flat_index``).
+    global_shape : sequence of int
+        The global tensor's shape.
+    source : torch.Tensor
+        The shard's input: float32, float64, float16 or bfloat16, of the shard's shape.
+    p : float
+        The probability of dropping an element, ``0 < p < 1``.
+    ranges : tuple, optional
+        The runs of each dim's positions on the host (``ShardIndices.ranges``).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        The output and the mask of kept elements, bit-identical to the generic path's.
+
+    Raises
+    ------
+    InvalidDeviceError
+        Where the kernel cannot serve the index vectors' device (see
+        :func:`why_unavailable`).
+    """
+    device = _device(dim_indices)
+    seed, position = checked_seed_position(seed, position)
+    scale, threshold = dropout_parameters(source.dtype, p)
+    shard = _shard(device, dim_indices, global_shape, ranges)
+    if tuple(source.shape) != index_shape(shard):
+        raise InvalidValueError(
+            f"the input has shape {tuple(source.shape)}, the shard {index_shape(shard)}"
+        )
+    source = source.to(device).contiguous()
+    kept = torch.empty(source.shape, dtype=torch.bool, device=device)
+    out = _launch(
+        _DROPOUT, seed, position, shard, dtype=source.dtype, device=device,
+        a=scale, threshold=threshold, source=source, kept=kept,
+    )  # fmt: skip
+    return out, kept
 
 
 def trunc_normal(
@@ -915,6 +1206,7 @@ def trunc_normal(
     std: float = 1.0,
     a: float = -2.0,
     b: float = 2.0,
+    ranges: Ranges | None = None,
 ) -> torch.Tensor:
     """The generic path's ``trunc_normal`` for the shard ``flat_index(dim_indices, global_shape)``.
 
@@ -931,6 +1223,11 @@ def trunc_normal(
     mean, std, a, b : float
         As for the generic ``trunc_normal``.
 
+    ranges : tuple, optional
+        The runs of each dim's positions on the host (``ShardIndices.ranges``):
+        with them the shard is checked and laid out without reading the
+        vectors back from the GPU.
+
     Returns
     -------
     torch.Tensor
@@ -945,11 +1242,13 @@ def trunc_normal(
     device = _device(dim_indices)
     seed, position = checked_seed_position(seed, position)
     mean, std, a, b, lo, hi = trunc_normal_parameters(dtype, mean, std, a, b)
+    shard = _shard(device, dim_indices, global_shape, ranges)
+    if a == b:
+        return torch.full(index_shape(shard), a, dtype=dtype, device=device)
     alpha, beta = (a - mean) / std, (b - mean) / std
-    mirror = alpha + beta > 0
+    mirror = alpha + beta > 0  # (False for a = -inf and b = +inf: their sum is NaN)
     if mirror:
         alpha, beta = -beta, -alpha
-    shard = _shard(dim_indices, global_shape, device)
     if dtype == torch.float64:
         base, width = _math.phi_interval(alpha, beta)
         return _launch(

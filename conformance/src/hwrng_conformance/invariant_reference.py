@@ -16,6 +16,7 @@ hwrng's own tests check that this module still reproduces them.
 from __future__ import annotations
 
 import decimal
+import functools
 import json
 import math
 import struct
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 #: The contract this reference implements.
-CONTRACT = "hwrng-philox4x32-10-v2"
+CONTRACT = "hwrng-philox4x32-10-v3"
 #: The committed known answers.
 KAT_PATH = Path(__file__).with_name("invariant_kat.json")
 
@@ -152,9 +153,9 @@ def ln32(x: np.float32, shift: int = 0) -> np.float32:
 
 
 def sqrt32(v: np.float32) -> np.float32:
-    """The contract's SQRT of float32 ``v >= 0``: three Newton steps from a bit-level guess."""
+    """The contract's SQRT of float32 ``v >= 0`` or ``-0``: three Newton steps from a guess."""
     bits = _f32_bits(v)
-    if bits == 0:
+    if bits & 0x7FFFFFFF == 0:  # +0 and -0
         return _f32(0.0)
     y = _from_bits32((bits >> 1) + 0x1FBB4F2D)
     for _ in range(3):
@@ -308,12 +309,31 @@ def _phi(x: float) -> decimal.Decimal:
     return erfc / 2 if z > 0 else 1 - erfc / 2
 
 
+@functools.lru_cache(maxsize=64)
+def _phis(alpha: float, beta: float) -> tuple[decimal.Decimal, decimal.Decimal, int]:
+    """Phi at the clamped ``alpha``, ``beta``, and a precision that keeps B - A and 1 - B.
+
+    60 digits, plus what 1 - Phi loses in the upper tail (0.22 beta**2 digits),
+    plus what Phi(beta) - Phi(alpha) loses when the bounds are close.
+    """
+    base = 60 + math.ceil(0.22 * max(alpha * alpha, beta * beta))
+    precision = base
+    while True:
+        with decimal.localcontext() as ctx:
+            ctx.prec = precision
+            a_, b_ = _phi(alpha), _phi(beta)
+        if alpha == beta or (b_ > a_ and (b_ / (b_ - a_)).adjusted() + 1 <= precision - base):
+            return a_, b_, precision
+        # the digits B - A loses, or (it cancelled to nothing) twice as many digits
+        precision = base + (b_ / (b_ - a_)).adjusted() + 3 if b_ > a_ else 2 * precision
+
+
 def tail_constants(alpha: float, beta: float) -> tuple[int, np.float32, np.float32, np.float32]:
     """The contract's ``(S, P0, D, Q)`` of the float32 truncated normal, ``alpha + beta <= 0``."""
     alpha, beta = max(-40.0, min(40.0, alpha)), max(-40.0, min(40.0, beta))
+    a_, b_, precision = _phis(alpha, beta)
     with decimal.localcontext() as ctx:
-        ctx.prec = 60 + math.ceil(0.22 * max(alpha * alpha, beta * beta))
-        a_, b_ = _phi(alpha), _phi(beta)
+        ctx.prec = precision
         shift = 0
         if b_ <= decimal.Decimal(1) / 16:
             while b_ * 2**shift <= decimal.Decimal(1) / 4:
@@ -389,8 +409,8 @@ def ln64(x: float) -> float:
 
 
 def sqrt64(v: float) -> float:
-    """The float64 SQRT of ``v >= 0``: four Newton steps from a bit-level guess."""
-    if v == 0:
+    """The float64 SQRT of ``v >= 0`` or ``-0``: four Newton steps from a bit-level guess."""
+    if v == 0:  # +0 and -0
         return 0.0
     y = struct.unpack("<d", struct.pack("<q", (_bits64(v) >> 1) + 0x1FF769E1AE000000))[0]
     for _ in range(4):
@@ -439,6 +459,8 @@ def _bits53(a: int, b: int) -> int:
 
 def uniform(seed: int, position: int, e: int, dtype: str, *, low: float, high: float) -> int:
     """The bits of element ``e`` of ``uniform(low, high)`` in ``dtype``."""
+    if low == high:  # every value is low (rounded to float32, then to the dtype)
+        return _bits_of(_to_dtype(low, dtype), dtype)
     lo, hi = dtype_values_within(low, high, dtype, open_high=True)
     if dtype == "float64":
         w = words(seed, position, e // 2)
@@ -492,9 +514,9 @@ def _trunc64(  # noqa: PLR0917 - the op's parameters
     k = (w[2 * (e % 2)] >> 6) * 2**26 + (w[2 * (e % 2) + 1] >> 6)
     u = float(2 * k + 1) * 2.0**-53
     alpha, beta = max(-40.0, min(40.0, alpha)), max(-40.0, min(40.0, beta))
+    pa, pb, precision = _phis(alpha, beta)
     with decimal.localcontext() as ctx:
-        ctx.prec = 60 + math.ceil(0.22 * max(alpha * alpha, beta * beta))
-        pa, pb = _phi(alpha), _phi(beta)
+        ctx.prec = precision
         base, width = float(pa), float(pb - pa)
     x = ndtri64((u * width) + base)
     if mirror:
@@ -506,6 +528,8 @@ def trunc_normal(
     seed: int, position: int, e: int, dtype: str, *, mean: float, std: float, a: float, b: float
 ) -> int:
     """The bits of element ``e`` of ``trunc_normal(mean, std, a, b)`` in ``dtype``."""
+    if a == b:  # every value is a (a value of the dtype)
+        return _bits_of(a, dtype)
     if dtype == "float64":
         return _trunc64(seed, position, e, mean, std, a, b)
     lo, hi = dtype_values_within(a, b, dtype, open_high=False)
@@ -536,7 +560,7 @@ def trunc_normal(
 
 # -- the known answers ----------------------------------------------------------------------
 
-#: the elements every case lists: a whole 96-element tensor, and two runs of 8 far out
+#: the elements a case lists (unless it says): a whole 96-element tensor, two runs of 8 far out
 RUNS = ((0, 96), (2**40 + 24, 8), (2**61 - 8, 8))
 #: (seed, position) pairs the cases take in turn: the high words set, and small ones
 KEYS = ((2**63 + 12345, 2**33 + 4096), (7, 0), (0xFFFFFFFF00000001, 2**62 + 8))
@@ -566,8 +590,22 @@ def cases() -> list[dict[str, Any]]:
         {"op": "bernoulli", "dtype": "bool", "p": p}
         for p in (0.0, 0.3, 0.5, 0.9, 2.0**-32, 1.0 - 2.0**-33, 1.0)
     ]
+    out += [
+        {"op": "uniform", "dtype": "float64", "low": 0.3, "high": 0.3},
+        {"op": "uniform", "dtype": "bfloat16", "low": -0.1, "high": -0.1},
+        {"op": "trunc_normal", "dtype": "float32", "mean": 0.0, "std": 1.0, "a": 0.5, "b": 0.5},
+    ]
     for i, case in enumerate(out):
         case["seed"], case["position"] = KEYS[i % len(KEYS)]
+    # Box-Muller at u1 = 1: word 2 of block 242583 at seed 1, position 0 is 0xffffffca, so
+    # elements 970334 and 970335 take the radius SQRT(LN(1) * -2) = SQRT(-0) = +0; the sign
+    # of their zero then shows through a mean of -0
+    out += [
+        {"op": "normal", "dtype": dtype, "mean": mean, "std": std, "seed": 1, "position": 0,
+         "at": ((0, 96), (970328, 8))}
+        for dtype, mean, std in (("float32", 0.0, 1.0), ("float32", -0.0, 2.0),
+                                 ("bfloat16", 0.5, 1.0), ("float16", -0.0, 1.0))
+    ]  # fmt: skip
     return out
 
 
@@ -593,11 +631,12 @@ def known_answers() -> dict[str, Any]:
     with np.errstate(all="ignore"):
         rows = []
         for case in cases():
+            at = case.pop("at", RUNS)
             element = _element(case)
             digits = _HEX_DIGITS[case["dtype"]]
             runs = [
                 [start, [f"{element(e):0{digits}x}" for e in range(start, start + length)]]
-                for start, length in RUNS
+                for start, length in at
             ]
             rows.append({**case, "runs": runs})
     return {

@@ -14,8 +14,8 @@ import torch
 
 import hwrng
 from hwrng._host import HOST_COUNTER
-from hwrng._states import _live as _live_trackers
 from hwrng._seeding import current_seeding, record_seeding, seeded_mesh
+from hwrng._states import _live as _live_trackers
 
 
 @pytest.fixture

@@ -47,8 +47,10 @@ class Cell:
 
 #: What differs most between torch releases: the DTensor adapter (``run_dtensor_rng_op`` on
 #: the accelerator path from 2.13, ``_compute_rng_offsets`` from 2.12, neither on 2.10 and
-#: 2.11), CUDA graphs registering generator states per capture (from 2.14), and the fused
-#: Triton kernel of the invariant ops, in Triton's interpreter (the CUDA wheels bring Triton).
+#: 2.11), CUDA graphs registering generator states per capture (from 2.14), the fused
+#: Triton kernel of the invariant ops, in Triton's interpreter (the CUDA wheels bring Triton),
+#: and the private frames of ``torch.utils.checkpoint`` the recompute journal reads
+#: (``_checkpoint_impl`` from 2.15), with DTensor dropout recomputed on gloo ranks.
 ADAPTER_TESTS = (
     "tests/test_dtensor_adapter.py",
     "tests/test_dtensor_dispatch_keys.py",
@@ -56,6 +58,8 @@ ADAPTER_TESTS = (
     "tests/test_graph_states.py",
     "backends/cuda/tests/test_cuda.py",
     "tests/test_philox_triton.py",
+    "tests/test_recompute.py",
+    "tests/test_recompute_dist.py",
 )
 
 #: The matrix, by torch version: the floor ``pyproject.toml`` claims (2.10, NVIDIA's NGC

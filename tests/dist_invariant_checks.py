@@ -157,6 +157,31 @@ def dropout_backward(mesh_shape: list[int], codes: list[str]) -> Any:
         hwrng.dtensor.uninstall()
 
 
+def native_dropout(mesh_shape: list[int], codes: list[str], p: float, train: bool) -> Any:
+    """``aten.native_dropout`` called directly on a bfloat16 DTensor: every rank returns the
+    output's and the mask's full tensors (the output's bits as int16) and the generator's
+    position before and after."""
+    mesh = _mesh(mesh_shape)
+    if mesh.get_coordinate() is None:
+        return None
+    hwrng.dtensor.install("cpu", invariant=True)
+    try:
+        hwrng.manual_seed(SEED, mesh, platform="cpu")
+        torch.rand(3)
+        whole = torch.linspace(-3, 3, 160, dtype=torch.bfloat16).reshape(16, 10)
+        x = distribute_tensor(whole, mesh, _placements(codes))
+        before = hwrng.get_platform("cpu").counter.peek(torch.default_generator)[1]
+        output, mask = torch.ops.aten.native_dropout(x, p, train)
+        after = hwrng.get_platform("cpu").counter.peek(torch.default_generator)[1]
+        return {
+            "output": output.full_tensor().view(torch.int16).flatten().tolist(),
+            "mask": mask.full_tensor().flatten().tolist(),
+            "moved": after - before,
+        }
+    finally:
+        hwrng.dtensor.uninstall()
+
+
 def train(mesh_shape: list[int], steps: int = 3) -> Any:
     """A (dp, tp) model -- parameters sharded along tp, replicated along dp -- initialised
     and trained with dropout: parameters and losses on any number of ranks."""

@@ -113,6 +113,35 @@ def test_dropout_backward_uses_the_same_mask(pool: DistributedPool) -> None:
     assert answers[0] == answers[1]
 
 
+@pytest.mark.parametrize(
+    ("p", "train"),
+    [(checks.DROPOUT_P, True), (0.0, True), (1.0, True), (checks.DROPOUT_P, False)],
+    ids=["p=0.42", "p=0", "p=1", "evaluation"],
+)
+def test_native_dropout_of_a_dtensor_is_hwrng_invariant_dropout(
+    pool: DistributedPool, p: float, train: bool
+) -> None:
+    """``aten.native_dropout`` of a bfloat16 DTensor, called directly, gives hwrng.invariant's
+    dropout bit for bit (the contract's scale rounded to float32, then to bfloat16) on one
+    rank and on a 2-D mesh; p = 0, p = 1 and evaluation draw nothing, as the contract says."""
+    whole = torch.linspace(-3, 3, 160, dtype=torch.bfloat16).reshape(16, 10)
+    spec = hwrng.ShardSpec((16, 10), (1,), (torch.distributed.tensor.Replicate(),), (0,))
+    hwrng.manual_seed(checks.SEED, platform="cpu")
+    torch.rand(3)
+    expected = invariant.dropout(whole, spec, p, train)
+    for mesh_shape, codes in ([1], ["S0"]), ([2, 4], ["S1", "S0"]):
+        reports = [r for r in pool.run(checks.native_dropout, mesh_shape, codes, p, train) if r]
+        assert all(r == reports[0] for r in reports), f"{mesh_shape}: ranks disagree"
+        report = reports[0]
+        assert report["output"] == expected.view(torch.int16).flatten().tolist()
+        kept = (expected != 0) if 0.0 < p < 1.0 else torch.full_like(whole, p == 0.0 or not train)
+        assert report["mask"] == kept.bool().flatten().tolist()
+        moved = invariant.advance(spec) if train and 0.0 < p < 1.0 else 0
+        assert report["moved"] == moved
+    if train and 0.0 < p < 1.0:
+        assert 0 < int((expected == 0).sum()) < expected.numel()
+
+
 def test_a_model_trains_bit_identically_on_1_2_4_and_8_ranks(pool: DistributedPool) -> None:
     runs = {}
     for mesh_shape in ([1], [2], [1, 4], [2, 4]):

@@ -52,18 +52,27 @@ def _refuse_unsupported(op: object) -> None:
         raise DTensorHookError(f"{op}: hwrng's invariant mode does not run under LocalTensorMode")
 
 
+def _where(target: Any, generator: torch.Generator | None) -> tuple[Any, Any, Any]:
+    """Where ``target``'s values come from: shard spec, seed chooser, platform.
+
+    The chooser is the mesh's, or none for an explicit ``generator``.
+    """
+    from hwrng.dtensor._tracker import _shard_spec
+
+    tracker = _tracker()
+    spec = _shard_spec(target._spec)
+    choose = None if generator is not None else tracker.hwrng_seeds.chooser(target._spec.mesh)
+    return spec, choose, tracker.hwrng_platform
+
+
 def _fill_local(
     target: Any,
     local: torch.Tensor,
     generator: torch.Generator | None,
     draw: _philox.Draw,
 ) -> torch.Tensor:
-    from hwrng.dtensor._tracker import _shard_spec
-
-    tracker = _tracker()
-    spec = _shard_spec(target._spec)
-    choose = None if generator is not None else tracker.hwrng_seeds.chooser(target._spec.mesh)
-    return invariant._fill(local, spec, generator, tracker.hwrng_platform, draw, choose_seed=choose)
+    spec, choose, platform = _where(target, generator)
+    return invariant._fill(local, spec, generator, platform, draw, choose_seed=choose)
 
 
 def _like(target: Any, local: torch.Tensor, *, replicated: bool = False) -> Any:
@@ -141,20 +150,27 @@ def _random_like(normal: bool) -> Fill:
 def _native_dropout(
     target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any
 ) -> Any:
+    """The contract's dropout, drawn as ``hwrng.invariant.dropout`` draws it.
+
+    As there, ``p`` of 0 or 1 and evaluation draw nothing (the mask all true,
+    or all false for ``p = 1``); the output is linear in the input, so a
+    Partial input gives a Partial output, while the mask, the same on every
+    rank of a Partial dim (its backward multiplies a gradient by it), is
+    Replicate there.
+    """
     probability, train = _args(args, kwargs, ["p", "train"], [0.5, True])
-    if not train:
-        return target, _like(target, torch.ones_like(local, dtype=torch.bool), replicated=True)
-    keep = torch.empty_like(local, dtype=torch.bool)
-    _fill_local(
-        target, keep, generator, _philox.drawer("bernoulli", keep.dtype, p=1.0 - probability)
-    )
-    # as hwrng.invariant.dropout: the kept elements times 1/(1 - p) as the input's dtype holds it
-    scaled = keep.to(local.dtype)
-    if probability != 1.0:
-        scaled.mul_(1.0 / (1.0 - probability))
-    # the output is linear in the input, so a Partial input gives a Partial output; the mask
-    # is the same on every rank of a Partial dim (its backward multiplies a gradient by it)
-    return _like(target, local * scaled), _like(target, keep, replicated=True)
+    if not train or probability == 0.0:
+        output, keep = local.clone(), torch.ones_like(local, dtype=torch.bool)
+    elif probability == 1.0:
+        output = local * torch.zeros((), dtype=local.dtype, device=local.device)
+        keep = torch.zeros_like(local, dtype=torch.bool)
+    else:
+        spec, choose, platform = _where(target, generator)
+        with invariant._dropout_draw(
+            local, spec, probability, generator=generator, platform=platform, choose_seed=choose
+        ) as draw:
+            output, keep = draw(local)
+    return _like(target, output), _like(target, keep, replicated=True)
 
 
 def _kinds() -> dict[Any, Fill]:

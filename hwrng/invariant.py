@@ -39,8 +39,9 @@ op and the fix. :func:`advance` is plain arithmetic and is traced.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 import torch
@@ -390,14 +391,39 @@ def dropout(
     if p == 1.0:
         return input * torch.zeros((), dtype=input.dtype, device=input.device)
     scale, _ = dropout_parameters(input.dtype, p)  # refuses a dtype it cannot scale
+    with _dropout_draw(input, spec, p, generator=generator, platform=platform) as draw:
+        output: torch.Tensor = _Dropout.apply(input, draw, scale)  # type: ignore[no-untyped-call]
+    return output
+
+
+_DropoutDraw = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+@contextlib.contextmanager
+def _dropout_draw(
+    input: torch.Tensor,
+    spec: ShardSpec,
+    p: float,
+    *,
+    generator: torch.Generator | None,
+    platform: Platform | str | None,
+    choose_seed: Callable[[int], int] | None = None,
+) -> Iterator[_DropoutDraw]:
+    """The contract's dropout of ``input`` (``0 < p < 1``) at this op's position.
+
+    Yields ``draw(source) -> (output, mask)``, computed without autograd; the
+    generator moves past the op on leaving. Every refusal (a dtype, ``p``, a
+    shard that does not fit ``spec``, a graph capture) comes before it moves.
+    ``hwrng.invariant.dropout`` and the DTensor adapter's ``native_dropout``
+    both draw through it, so they agree bit for bit.
+    """
+    dropout_parameters(input.dtype, p)
     index = _shard_indices(input, spec)
-    region = _position(spec, generator, platform, None)
+    region = _position(spec, generator, platform, choose_seed)
     record_draw()
     with region:
         seed, position = region.position
-        draw = functools.partial(_philox.dropout, seed, position, index, p=p)
-        output: torch.Tensor = _Dropout.apply(input, draw, scale)  # type: ignore[no-untyped-call]
-    return output
+        yield functools.partial(_philox.dropout, seed, position, index, p=p)
 
 
 class _Dropout(torch.autograd.Function):

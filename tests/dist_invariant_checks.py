@@ -14,6 +14,9 @@ from torch.distributed.tensor.placement_types import _StridedShard
 import hwrng
 
 SEED = 20261122
+#: A dropout probability whose contract scale f32(1 / (1 - p)) is not 1 / f32(1 - p), the
+#: division torch's composed (CPU, in-place) dropout makes
+DROPOUT_P = 0.42
 
 
 def _placements(codes: list[str]) -> list[Any]:
@@ -28,6 +31,13 @@ def _placements(codes: list[str]) -> list[Any]:
         else:
             out.append(Shard(int(code[1:])))
     return out
+
+
+def _code(placement: Any) -> str:
+    """The code :func:`_placements` reads for ``placement`` (``P`` a Partial sum)."""
+    if placement.is_partial():
+        return "P" if placement.reduce_op == "sum" else f"P{placement.reduce_op}"
+    return f"S{placement.dim}" if placement.is_shard() else "R"
 
 
 def _mesh(shape: list[int]) -> DeviceMesh:
@@ -45,7 +55,7 @@ OPS = {
     "xavier_normal": torch.nn.init.xavier_normal_,
     # looked up when called: invariant mode replaces trunc_normal_ at install
     "trunc_normal": lambda t: torch.nn.init.trunc_normal_(t, std=0.5, a=-0.6, b=0.4),
-    "dropout": lambda t: torch.nn.functional.dropout(t + 1, p=0.4),
+    "dropout": lambda t: torch.nn.functional.dropout(t + 1, p=DROPOUT_P),
 }
 
 
@@ -65,21 +75,6 @@ def _as_replicated(tensor: Any) -> Any:
     )
 
 
-#: torch 2.10's DTensor refuses an in-place op that would change a Partial placement (its
-#: CPU dropout ends in ``div_``); later torches redistribute.
-PLACEMENT_CHANGE = "in-place operations that require placement changes are not supported"
-
-
-def _torch_refuses_too(op: str, mesh: Any, codes: list[str], shape: list[int]) -> bool:
-    """Whether torch's own op, without hwrng's adapter, refuses this layout the same way."""
-    hwrng.dtensor.uninstall()
-    try:
-        OPS[op](distribute_tensor(torch.zeros(shape), mesh, _placements(codes)))
-    except RuntimeError as error:
-        return PLACEMENT_CHANGE in str(error)
-    return False
-
-
 def full_after(mesh_shape: list[int], codes: list[str], shape: list[int], op: str) -> Any:
     """Run ``op`` on a DTensor of the given layout; every rank of the mesh returns full_tensor()."""
     mesh = _mesh(mesh_shape)
@@ -94,17 +89,53 @@ def full_after(mesh_shape: list[int], codes: list[str], shape: list[int], op: st
                 shape, device_mesh=mesh, placements=_placements(codes)
             )
         else:
-            try:
-                tensor = OPS[op](distribute_tensor(torch.zeros(shape), mesh, _placements(codes)))
-            except RuntimeError as error:
-                if PLACEMENT_CHANGE not in str(error):
-                    raise
-                return {"refused": _torch_refuses_too(op, mesh, codes, shape)}
+            tensor = OPS[op](distribute_tensor(torch.zeros(shape), mesh, _placements(codes)))
         offset = hwrng.get_platform("cpu").counter.peek(torch.default_generator)[1]
         full = _as_replicated(tensor).full_tensor()
     finally:
         hwrng.dtensor.uninstall()
     return {"full": full.flatten().tolist(), "offset": offset}
+
+
+def partial_dropout(shape: list[int], inplace: bool) -> Any:
+    """Dropout of a ``(Partial, Shard(0))`` input whose two Partial halves differ: the
+    whole minus 7, and 7. Every rank returns the output's placements, its full tensor (the
+    Partial sum), the generator's position and, out of place, the input's gradient under
+    the loss ``sum(whole * output)``."""
+    from torch.distributed.tensor import DTensor
+
+    mesh = _mesh([2, 4])
+    if mesh.get_coordinate() is None:
+        return None
+    partial_index, shard_index = mesh.get_coordinate()  # type: ignore[misc]
+    whole = torch.arange(float(_size(shape))).reshape(shape)
+    part = whole - 7 if partial_index == 0 else torch.full(shape, 7.0)
+    local = torch.tensor_split(part, 4)[shard_index].clone()
+    hwrng.dtensor.install("cpu", invariant=True)
+    try:
+        hwrng.manual_seed(SEED, mesh, platform="cpu")
+        torch.rand(3)
+        x = DTensor.from_local(local, mesh, [Partial(), Shard(0)], run_check=False)
+        report: dict[str, Any] = {}
+        if inplace:
+            with torch.no_grad():
+                y = torch.nn.functional.dropout(x, p=DROPOUT_P, inplace=True)
+            report["same_tensor"] = y is x
+        else:
+            x.requires_grad_()
+            y = torch.nn.functional.dropout(x, p=DROPOUT_P)
+        offset = hwrng.get_platform("cpu").counter.peek(torch.default_generator)[1]
+        report |= {
+            "placements": [_code(p) for p in y.placements],
+            "full": y.full_tensor().flatten().tolist(),
+            "offset": offset,
+        }
+        if not inplace:
+            (y.full_tensor() * whole).sum().backward()
+            report["grad"] = x.grad.full_tensor().flatten().tolist()  # type: ignore[union-attr]
+        return report
+    finally:
+        hwrng.dtensor.uninstall()
 
 
 def dropout_backward(mesh_shape: list[int], codes: list[str]) -> Any:
@@ -121,6 +152,31 @@ def dropout_backward(mesh_shape: list[int], codes: list[str]) -> Any:
         return {
             "mask_is_grad": torch.equal(x.grad.full_tensor(), y.full_tensor()),  # type: ignore[union-attr]
             "full": y.full_tensor().flatten().tolist(),
+        }
+    finally:
+        hwrng.dtensor.uninstall()
+
+
+def native_dropout(mesh_shape: list[int], codes: list[str], p: float, train: bool) -> Any:
+    """``aten.native_dropout`` called directly on a bfloat16 DTensor: every rank returns the
+    output's and the mask's full tensors (the output's bits as int16) and the generator's
+    position before and after."""
+    mesh = _mesh(mesh_shape)
+    if mesh.get_coordinate() is None:
+        return None
+    hwrng.dtensor.install("cpu", invariant=True)
+    try:
+        hwrng.manual_seed(SEED, mesh, platform="cpu")
+        torch.rand(3)
+        whole = torch.linspace(-3, 3, 160, dtype=torch.bfloat16).reshape(16, 10)
+        x = distribute_tensor(whole, mesh, _placements(codes))
+        before = hwrng.get_platform("cpu").counter.peek(torch.default_generator)[1]
+        output, mask = torch.ops.aten.native_dropout(x, p, train)
+        after = hwrng.get_platform("cpu").counter.peek(torch.default_generator)[1]
+        return {
+            "output": output.full_tensor().view(torch.int16).flatten().tolist(),
+            "mask": mask.full_tensor().flatten().tolist(),
+            "moved": after - before,
         }
     finally:
         hwrng.dtensor.uninstall()

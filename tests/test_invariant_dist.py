@@ -42,6 +42,7 @@ def _one_device(op: str) -> list[float]:
         "normal": lambda: invariant.normal_(tensor, spec, 1.0, 2.0),
         "bernoulli": lambda: invariant.bernoulli_(tensor, spec, 0.3),
         "rand": lambda: invariant.uniform_(tensor, spec),
+        "dropout": lambda: invariant.dropout(tensor + 1, spec, checks.DROPOUT_P),
     }
     return fills[op]().flatten().tolist()
 
@@ -61,34 +62,46 @@ def _one_device(op: str) -> list[float]:
 )
 def test_full_tensor_is_the_same_at_every_layout(pool: DistributedPool, op: str) -> None:
     results: dict[str, Any] = {}
-    refused: dict[str, bool] = {}
     for name, (mesh_shape, codes) in LAYOUTS.items():
         reports = [r for r in pool.run(checks.full_after, mesh_shape, codes, SHAPE, op) if r]
         assert all(r == reports[0] for r in reports), f"{name}: ranks disagree"
-        if "refused" in reports[0]:
-            # torch 2.10's DTensor refuses an in-place op that would change a Partial
-            # placement; only a Partial layout may meet that
-            assert any(code.startswith("P") for code in codes), f"{name}: refused, not Partial"
-            refused[name] = reports[0]["refused"]
-            continue
         results[name] = reports[0]
     reference = results["1 rank"]["full"]
     for name, result in results.items():
         assert result["full"] == reference, f"{op}: {name} differs from one device"
         assert result["offset"] == results["1 rank"]["offset"], f"{name}: another position"
-    if op in ("uniform", "normal", "bernoulli", "rand"):
+    if op in ("uniform", "normal", "bernoulli", "rand", "dropout"):
         assert reference == _one_device(op), "the DTensor ops equal hwrng.invariant's"
     assert len(set(reference)) > 2 or op in ("bernoulli", "dropout")
-    if refused:
-        # Known open defect, said out loud rather than skipped: on torch 2.10 the invariant
-        # dropout leaves an in-place division on a Partial placement, which that torch's
-        # DTensor refuses (torch's own dropout, without the adapter, does not meet it).
-        by_torch = [name for name, torch_too in refused.items() if torch_too]
-        pytest.xfail(
-            f"{op} on {sorted(refused)}: this torch's DTensor refuses the in-place op that "
-            f"hwrng's invariant {op} leaves on a Partial placement (torch alone refuses too: "
-            f"{sorted(by_torch)})"
-        )
+
+
+@pytest.mark.parametrize("inplace", [False, True], ids=["out of place", "in place"])
+def test_dropout_of_a_partial_input_is_the_dropout_of_its_sum(
+    pool: DistributedPool, inplace: bool
+) -> None:
+    """Dropout is linear: each rank scales its part by the one mask, the output stays Partial
+    and its sum is the contract's dropout of the input's sum (torch's composed CPU dropout
+    made the mask Partial too: torch 2.10 refused it, later torches doubled the values)."""
+    reports = [r for r in pool.run(checks.partial_dropout, SHAPE, inplace) if r]
+    assert len(reports) == 8
+    assert all(r == reports[0] for r in reports), "ranks disagree"
+    report = reports[0]
+    spec = hwrng.ShardSpec(tuple(SHAPE), (1,), (torch.distributed.tensor.Replicate(),), (0,))
+    hwrng.manual_seed(checks.SEED, platform="cpu")
+    torch.rand(3)
+    scaled_mask = invariant.dropout(torch.ones(SHAPE), spec, checks.DROPOUT_P)
+    offset = hwrng.get_platform("cpu").counter.peek(torch.default_generator)[1]
+    whole = torch.arange(float(scaled_mask.numel())).reshape(SHAPE)
+    # the Partial sum of the two parts, each scaled on its rank
+    expected = (whole - 7) * scaled_mask + torch.full(SHAPE, 7.0) * scaled_mask
+    assert report["placements"] == ["P", "S0"]
+    assert report["full"] == expected.flatten().tolist()
+    assert report["offset"] == offset, "the generator moved as for one device's dropout"
+    assert 0 < int((scaled_mask == 0).sum()) < scaled_mask.numel()
+    if inplace:
+        assert report["same_tensor"]
+    else:
+        assert report["grad"] == (whole * scaled_mask).flatten().tolist()
 
 
 def test_dropout_backward_uses_the_same_mask(pool: DistributedPool) -> None:
@@ -98,6 +111,35 @@ def test_dropout_backward_uses_the_same_mask(pool: DistributedPool) -> None:
         assert all(r["mask_is_grad"] for r in reports)
         answers.append(reports[0]["full"])
     assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize(
+    ("p", "train"),
+    [(checks.DROPOUT_P, True), (0.0, True), (1.0, True), (checks.DROPOUT_P, False)],
+    ids=["p=0.42", "p=0", "p=1", "evaluation"],
+)
+def test_native_dropout_of_a_dtensor_is_hwrng_invariant_dropout(
+    pool: DistributedPool, p: float, train: bool
+) -> None:
+    """``aten.native_dropout`` of a bfloat16 DTensor, called directly, gives hwrng.invariant's
+    dropout bit for bit (the contract's scale rounded to float32, then to bfloat16) on one
+    rank and on a 2-D mesh; p = 0, p = 1 and evaluation draw nothing, as the contract says."""
+    whole = torch.linspace(-3, 3, 160, dtype=torch.bfloat16).reshape(16, 10)
+    spec = hwrng.ShardSpec((16, 10), (1,), (torch.distributed.tensor.Replicate(),), (0,))
+    hwrng.manual_seed(checks.SEED, platform="cpu")
+    torch.rand(3)
+    expected = invariant.dropout(whole, spec, p, train)
+    for mesh_shape, codes in ([1], ["S0"]), ([2, 4], ["S1", "S0"]):
+        reports = [r for r in pool.run(checks.native_dropout, mesh_shape, codes, p, train) if r]
+        assert all(r == reports[0] for r in reports), f"{mesh_shape}: ranks disagree"
+        report = reports[0]
+        assert report["output"] == expected.view(torch.int16).flatten().tolist()
+        kept = (expected != 0) if 0.0 < p < 1.0 else torch.full_like(whole, p == 0.0 or not train)
+        assert report["mask"] == kept.bool().flatten().tolist()
+        moved = invariant.advance(spec) if train and 0.0 < p < 1.0 else 0
+        assert report["moved"] == moved
+    if train and 0.0 < p < 1.0:
+        assert 0 < int((expected == 0).sum()) < expected.numel()
 
 
 def test_a_model_trains_bit_identically_on_1_2_4_and_8_ranks(pool: DistributedPool) -> None:

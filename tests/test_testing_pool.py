@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import IO
 
 import pytest
 
@@ -18,7 +19,7 @@ from hwrng.testing import DistributedPool
 import os
 _stop_on_sigterm()
 with DistributedPool(2, timeout=60) as pool:
-    print(" ".join(str(p) for p in pool.run(os.getpid)), flush=True)
+    print("ranks", *pool.run(os.getpid), flush=True)
     time.sleep(120)
 """
 
@@ -42,6 +43,15 @@ def _wait_dead(pids: Sequence[int], seconds: float) -> list[int]:
     return [pid for pid in pids if _alive(pid)]
 
 
+def _rank_pids(stdout: IO[str]) -> list[int]:
+    """The ranks' pids the script prints. The ranks share its stdout, where torch 2.10 and
+    2.11's gloo prints a line of its own for each process group it connects."""
+    for line in stdout:
+        if line.startswith("ranks "):
+            return [int(pid) for pid in line.split()[1:]]
+    raise AssertionError("the pool script ended without printing its ranks")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_ranks_exit_when_their_parent_is_stopped(how: signal.Signals) -> None:
@@ -50,7 +60,7 @@ def test_ranks_exit_when_their_parent_is_stopped(how: signal.Signals) -> None:
     )
     try:
         assert parent.stdout is not None
-        ranks = [int(pid) for pid in parent.stdout.readline().split()]
+        ranks = _rank_pids(parent.stdout)
         assert len(ranks) == 2 and all(_alive(pid) for pid in ranks)
         parent.send_signal(how)
         parent.wait(timeout=60)

@@ -9,10 +9,11 @@ mesh's common seed, its position the default generator's offset, which then
 advances as for any tracked op.
 
 Made invariant: ``uniform_``, ``normal_``, ``bernoulli_``/``bernoulli``,
-``native_dropout`` (CUDA's dropout; on the CPU dropout is ``bernoulli_`` and a
-multiplication), ``rand_like``/``randn_like``, ``torch.distributed.tensor.rand``
-/ ``randn``, and ``nn.init.trunc_normal_`` (by inverse CDF); ``nn.init``'s
-uniform, normal, kaiming and xavier functions are built on the first two.
+``native_dropout``, ``rand_like``/``randn_like``, ``torch.distributed.tensor.rand``
+/ ``randn``, ``nn.init.trunc_normal_`` (by inverse CDF) and ``nn.functional.dropout``
+(through ``native_dropout`` on every device, so its scale is the contract's
+``f32(1 / (1 - p))`` and a ``Partial`` input stays ``Partial``: dropout is linear);
+``nn.init``'s uniform, normal, kaiming and xavier functions are built on the first two.
 Everything else keeps the ordinary tracked behaviour. Compiled code and
 LocalTensorMode are refused in this mode (with an error), not served other
 numbers. Checkpoints of a process in this mode record the contract
@@ -51,28 +52,44 @@ def _refuse_unsupported(op: object) -> None:
         raise DTensorHookError(f"{op}: hwrng's invariant mode does not run under LocalTensorMode")
 
 
+def _where(target: Any, generator: torch.Generator | None) -> tuple[Any, Any, Any]:
+    """Where ``target``'s values come from: shard spec, seed chooser, platform.
+
+    The chooser is the mesh's, or none for an explicit ``generator``.
+    """
+    from hwrng.dtensor._tracker import _shard_spec
+
+    tracker = _tracker()
+    spec = _shard_spec(target._spec)
+    choose = None if generator is not None else tracker.hwrng_seeds.chooser(target._spec.mesh)
+    return spec, choose, tracker.hwrng_platform
+
+
 def _fill_local(
     target: Any,
     local: torch.Tensor,
     generator: torch.Generator | None,
     draw: _philox.Draw,
 ) -> torch.Tensor:
-    from hwrng.dtensor._tracker import _shard_spec
-
-    tracker = _tracker()
-    spec = _shard_spec(target._spec)
-    choose = None if generator is not None else tracker.hwrng_seeds.chooser(target._spec.mesh)
-    return invariant._fill(local, spec, generator, tracker.hwrng_platform, draw, choose_seed=choose)
+    spec, choose, platform = _where(target, generator)
+    return invariant._fill(local, spec, generator, platform, draw, choose_seed=choose)
 
 
-def _like(target: Any, local: torch.Tensor) -> Any:
-    """A DTensor laid out as ``target``, holding ``local`` (of its own dtype)."""
-    from torch.distributed.tensor import DTensor
+def _like(target: Any, local: torch.Tensor, *, replicated: bool = False) -> Any:
+    """A DTensor laid out as ``target``, holding ``local`` (of its own dtype).
+
+    ``replicated``: ``Replicate`` where ``target`` is ``Partial`` -- for values drawn
+    there, which every rank of a Partial dim holds alike.
+    """
+    from torch.distributed.tensor import DTensor, Replicate
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
     spec = target._spec
+    placements = spec.placements
+    if replicated:
+        placements = tuple(Replicate() if p.is_partial() else p for p in placements)
     meta = TensorMeta(spec.shape, spec.stride, local.dtype)
-    new_spec = DTensorSpec(spec.mesh, spec.placements, tensor_meta=meta)
+    new_spec = DTensorSpec(spec.mesh, placements, tensor_meta=meta)
     return DTensor(local, new_spec, requires_grad=False)  # type: ignore[no-untyped-call]
 
 
@@ -133,18 +150,27 @@ def _random_like(normal: bool) -> Fill:
 def _native_dropout(
     target: Any, local: torch.Tensor, args: Any, kwargs: Any, generator: Any
 ) -> Any:
+    """The contract's dropout, drawn as ``hwrng.invariant.dropout`` draws it.
+
+    As there, ``p`` of 0 or 1 and evaluation draw nothing (the mask all true,
+    or all false for ``p = 1``); the output is linear in the input, so a
+    Partial input gives a Partial output, while the mask, the same on every
+    rank of a Partial dim (its backward multiplies a gradient by it), is
+    Replicate there.
+    """
     probability, train = _args(args, kwargs, ["p", "train"], [0.5, True])
-    if not train:
-        return target, _like(target, torch.ones_like(local, dtype=torch.bool))
-    keep = torch.empty_like(local, dtype=torch.bool)
-    _fill_local(
-        target, keep, generator, _philox.drawer("bernoulli", keep.dtype, p=1.0 - probability)
-    )
-    # as hwrng.invariant.dropout: the kept elements times 1/(1 - p) as the input's dtype holds it
-    scaled = keep.to(local.dtype)
-    if probability != 1.0:
-        scaled.mul_(1.0 / (1.0 - probability))
-    return _like(target, local * scaled), _like(target, keep)
+    if not train or probability == 0.0:
+        output, keep = local.clone(), torch.ones_like(local, dtype=torch.bool)
+    elif probability == 1.0:
+        output = local * torch.zeros((), dtype=local.dtype, device=local.device)
+        keep = torch.zeros_like(local, dtype=torch.bool)
+    else:
+        spec, choose, platform = _where(target, generator)
+        with invariant._dropout_draw(
+            local, spec, probability, generator=generator, platform=platform, choose_seed=choose
+        ) as draw:
+            output, keep = draw(local)
+    return _like(target, output), _like(target, keep, replicated=True)
 
 
 def _kinds() -> dict[Any, Fill]:
@@ -214,6 +240,37 @@ def _trunc_normal(original: Callable[..., Any]) -> Callable[..., Any]:
     return trunc_normal_
 
 
+def _dropout(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``nn.functional.dropout`` of a DTensor through ``native_dropout``, on every device.
+
+    torch runs ``native_dropout`` only for an out-of-place dropout on an accelerator; on
+    the CPU, and in place on any device, it composes dropout of ``bernoulli_``, an
+    in-place division by ``1 - p`` and a multiplication. That scale is ``1 / f32(1 - p)``,
+    not the contract's ``f32(1 / (1 - p))`` (another last bit for about one ``p`` in
+    four), and on a ``Partial`` input the mask is ``Partial`` too: torch 2.10 refuses the
+    division, later torches sum the mask over the Partial dim. The rest -- another
+    tensor, evaluation, ``p`` of 0 or 1, no elements -- is torch's own dropout, which
+    draws nothing there.
+    """
+
+    def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        from torch.distributed.tensor import DTensor
+
+        if (
+            not isinstance(input, DTensor)
+            or not training
+            or not 0.0 < p < 1.0
+            or input._local_tensor.is_meta
+            or input.numel() == 0
+        ):
+            return original(input, p, training, inplace)
+        output, _ = torch.ops.aten.native_dropout(input, p, True)
+        return input.copy_(output) if inplace else output
+
+    dropout.__doc__ = original.__doc__
+    return dropout
+
+
 class InvariantPatches:
     """The handlers and function swaps of invariant mode, undone by :meth:`undo`."""
 
@@ -235,6 +292,7 @@ class InvariantPatches:
             (dtensor_module, "randn", randn),
             (_api, "randn", randn),
             (torch.nn.init, "trunc_normal_", _trunc_normal(torch.nn.init.trunc_normal_)),
+            (torch.nn.functional, "dropout", _dropout(torch.nn.functional.dropout)),
         ]
         for module, name, new in swaps:
             self._functions.append((module, name, getattr(module, name)))

@@ -238,3 +238,17 @@ def test_slapos_plan_records_the_dims_its_devices_are_seeded_along(always: bool)
     assert plan.device_dims() == (("pp", "dp", "tp") if always else None)
     assert ("devices along pp, dp, tp" in plan.describe()) == always
     assert _plan(0).device_dims() is None, "hwrng's own seeding seeds the devices by its plan"
+
+
+def test_lists_too_long_for_one_message_are_refused_before_any_collective() -> None:
+    from hwrng._collectives import MESSAGE_BYTES
+    from hwrng.verify._api import _kinds_message
+    from hwrng.verify._setup import names_message
+
+    fits = ["s" * 10] * 8
+    assert names_message(fits) == '["' + '", "'.join(fits) + '"]'
+    count = MESSAGE_BYTES // 10 + 1  # each name costs at least its 8 characters and ", "
+    with pytest.raises(hwrng.MeshError, match=rf"holds {count} streams.*pass streams="):
+        names_message(["s" * 8] * count)
+    with pytest.raises(hwrng.MeshError, match=rf"on {count} kinds of mesh.*pass mesh="):
+        _kinds_message(["k" * 8] * count)

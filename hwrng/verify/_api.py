@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hwrng._collectives import MESSAGE_BYTES, Comm, digest62, digest_of, rank_and_size
-from hwrng._exceptions import MeshError
 from hwrng._mesh import MeshLayout, mesh_tensor
 from hwrng._plan import Seeding
 from hwrng._platform import Platform
@@ -29,6 +27,7 @@ from hwrng.verify._setup import (
     members_digest,
     name_minority,
     names_message,
+    one_message,
     union_of_names,
 )
 from hwrng.verify._streams import (
@@ -125,13 +124,11 @@ def _fingerprint(
 
 def _kinds_message(kinds: Sequence[str]) -> str:
     """The kinds of DTensor mesh this rank used, as one broadcast message (refused if longer)."""
-    text = json.dumps(list(kinds))
-    if len(text.encode()) > MESSAGE_BYTES:
-        raise MeshError(
-            f"this rank ran DTensor ops on {len(kinds)} kinds of mesh, more than verify can "
-            f"tell the others about in one message ({MESSAGE_BYTES} bytes): pass mesh="
-        )
-    return text
+    return one_message(
+        kinds,
+        f"this rank ran DTensor ops on {len(kinds)} kinds of mesh, more than verify can "
+        f"tell the others about in one message ({MESSAGE_BYTES} bytes): pass mesh=",
+    )
 
 
 def verify(

@@ -149,15 +149,24 @@ def group_problems(
     return (tuple(problems), tuple(sorted(offenders))) if problems else None
 
 
+def one_message(items: Sequence[str], too_long: str) -> str:
+    """``items`` as one broadcast message; refuses (before any collective) a longer list.
+
+    ``too_long`` is the refusal's text, said when the list does not fit.
+    """
+    text = json.dumps(list(items))
+    if len(text.encode()) > MESSAGE_BYTES:
+        raise MeshError(too_long)
+    return text
+
+
 def names_message(names: Sequence[str]) -> str:
     """The stream names as one broadcast message; refuses (before any collective) a longer list."""
-    text = json.dumps(list(names))
-    if len(text.encode()) > MESSAGE_BYTES:
-        raise MeshError(
-            f"this rank holds {len(names)} streams, more than verify can tell the others "
-            f"about in one message ({MESSAGE_BYTES} bytes of names): pass streams=[...]"
-        )
-    return text
+    return one_message(
+        names,
+        f"this rank holds {len(names)} streams, more than verify can tell the others "
+        f"about in one message ({MESSAGE_BYTES} bytes of names): pass streams=[...]",
+    )
 
 
 def union_of_names(

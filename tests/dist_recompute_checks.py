@@ -37,17 +37,8 @@ def _run(flavour: str, kinds: tuple[str, ...], schedule: str) -> Any:
     def next_dtensor() -> torch.Tensor:
         return distribute_tensor(torch.empty(8, 8), mesh, [Shard(0)]).uniform_().to_local()
 
-    if schedule == "steps":
-        return harness.train(
-            flavour,
-            kinds,
-            seed=SEED,
-            tracker=tracker,
-            spec=spec,
-            dtensor=dtensor_dropout,
-            next_dtensor=next_dtensor,
-        )
-    return harness.interleaved(
+    run = harness.train if schedule == "steps" else harness.interleaved
+    return run(
         flavour,
         kinds,
         seed=SEED,

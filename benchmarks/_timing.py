@@ -95,6 +95,17 @@ def _nothing() -> None:
 
 
 @contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one intra-op thread inside; the caller's count is restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
 def one_rank_group(backend: str = "gloo") -> Iterator[None]:
     """A ``torch.distributed`` group of this process alone, for one-device meshes."""
     import torch.distributed as dist

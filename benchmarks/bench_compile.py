@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from _timing import Result, measure
+from _timing import Result, measure, one_thread
 from torch import nn
 from torch.distributed.tensor import Shard
 
@@ -48,12 +48,10 @@ class Block(nn.Module):
 
 def run(platform: hwrng.Platform, quick: bool) -> list[Result]:
     """Time the block's step eagerly and compiled, on one thread (see the module notes)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
-        return _run(platform, quick)
+        with one_thread():
+            return _run(platform, quick)
     finally:
-        torch.set_num_threads(threads)
         torch._dynamo.reset()
 
 

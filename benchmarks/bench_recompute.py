@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from _timing import Result, measure
+from _timing import Result, measure, one_thread
 from torch import nn
 from torch.distributed.tensor import Replicate, Shard
 from torch.utils.checkpoint import checkpoint
@@ -75,12 +75,8 @@ def run(platform: hwrng.Platform, quick: bool) -> list[Result]:
     torch runs on one thread here: hwrng's part is single-threaded Python, and a
     shared machine's other load moves a multi-threaded step by more than it.
     """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         return _run(platform, quick)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(platform: hwrng.Platform, quick: bool) -> list[Result]:

@@ -3,6 +3,8 @@ and 8 ranks out of an 8-rank pool (importable by the spawned ranks)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -59,6 +61,17 @@ OPS = {
 }
 
 
+@contextlib.contextmanager
+def _seeded_invariant(mesh: DeviceMesh) -> Iterator[None]:
+    """hwrng's invariant DTensor ops installed and the mesh seeded with SEED; uninstalled after."""
+    hwrng.dtensor.install("cpu", invariant=True)
+    try:
+        hwrng.manual_seed(SEED, mesh, platform="cpu")
+        yield
+    finally:
+        hwrng.dtensor.uninstall()
+
+
 def _as_replicated(tensor: Any) -> Any:
     """Read a Partial dim's values as replicated, as random ops treat it (full_tensor of a
     Partial(sum) tensor would add them up)."""
@@ -80,9 +93,7 @@ def full_after(mesh_shape: list[int], codes: list[str], shape: list[int], op: st
     mesh = _mesh(mesh_shape)
     if mesh.get_coordinate() is None:
         return None
-    hwrng.dtensor.install("cpu", invariant=True)
-    try:
-        hwrng.manual_seed(SEED, mesh, platform="cpu")
+    with _seeded_invariant(mesh):
         torch.rand(3)  # local draws first: positions must still agree
         if op == "rand":
             tensor = torch.distributed.tensor.rand(
@@ -92,8 +103,6 @@ def full_after(mesh_shape: list[int], codes: list[str], shape: list[int], op: st
             tensor = OPS[op](distribute_tensor(torch.zeros(shape), mesh, _placements(codes)))
         offset = hwrng.get_platform("cpu").counter.peek(torch.default_generator)[1]
         full = _as_replicated(tensor).full_tensor()
-    finally:
-        hwrng.dtensor.uninstall()
     return {"full": full.flatten().tolist(), "offset": offset}
 
 
@@ -111,9 +120,7 @@ def partial_dropout(shape: list[int], inplace: bool) -> Any:
     whole = torch.arange(float(_size(shape))).reshape(shape)
     part = whole - 7 if partial_index == 0 else torch.full(shape, 7.0)
     local = torch.tensor_split(part, 4)[shard_index].clone()
-    hwrng.dtensor.install("cpu", invariant=True)
-    try:
-        hwrng.manual_seed(SEED, mesh, platform="cpu")
+    with _seeded_invariant(mesh):
         torch.rand(3)
         x = DTensor.from_local(local, mesh, [Partial(), Shard(0)], run_check=False)
         report: dict[str, Any] = {}
@@ -134,8 +141,6 @@ def partial_dropout(shape: list[int], inplace: bool) -> Any:
             (y.full_tensor() * whole).sum().backward()
             report["grad"] = x.grad.full_tensor().flatten().tolist()  # type: ignore[union-attr]
         return report
-    finally:
-        hwrng.dtensor.uninstall()
 
 
 def dropout_backward(mesh_shape: list[int], codes: list[str]) -> Any:
@@ -143,9 +148,7 @@ def dropout_backward(mesh_shape: list[int], codes: list[str]) -> Any:
     mesh = _mesh(mesh_shape)
     if mesh.get_coordinate() is None:
         return None
-    hwrng.dtensor.install("cpu", invariant=True)
-    try:
-        hwrng.manual_seed(SEED, mesh, platform="cpu")
+    with _seeded_invariant(mesh):
         x = distribute_tensor(torch.ones(8, 6), mesh, _placements(codes)).requires_grad_()
         y = torch.nn.functional.dropout(x, p=0.5)
         y.sum().backward()
@@ -153,8 +156,6 @@ def dropout_backward(mesh_shape: list[int], codes: list[str]) -> Any:
             "mask_is_grad": torch.equal(x.grad.full_tensor(), y.full_tensor()),  # type: ignore[union-attr]
             "full": y.full_tensor().flatten().tolist(),
         }
-    finally:
-        hwrng.dtensor.uninstall()
 
 
 def native_dropout(mesh_shape: list[int], codes: list[str], p: float, train: bool) -> Any:
@@ -164,9 +165,7 @@ def native_dropout(mesh_shape: list[int], codes: list[str], p: float, train: boo
     mesh = _mesh(mesh_shape)
     if mesh.get_coordinate() is None:
         return None
-    hwrng.dtensor.install("cpu", invariant=True)
-    try:
-        hwrng.manual_seed(SEED, mesh, platform="cpu")
+    with _seeded_invariant(mesh):
         torch.rand(3)
         whole = torch.linspace(-3, 3, 160, dtype=torch.bfloat16).reshape(16, 10)
         x = distribute_tensor(whole, mesh, _placements(codes))
@@ -178,8 +177,6 @@ def native_dropout(mesh_shape: list[int], codes: list[str], p: float, train: boo
             "mask": mask.full_tensor().flatten().tolist(),
             "moved": after - before,
         }
-    finally:
-        hwrng.dtensor.uninstall()
 
 
 def train(mesh_shape: list[int], steps: int = 3) -> Any:
@@ -192,9 +189,7 @@ def train(mesh_shape: list[int], steps: int = 3) -> Any:
     if mesh.get_coordinate() is None:
         return None
     placements = [Replicate()] * (mesh.ndim - 1) + [Shard(0)]
-    hwrng.dtensor.install("cpu", invariant=True)
-    try:
-        hwrng.manual_seed(SEED, mesh, platform="cpu")
+    with _seeded_invariant(mesh):
         weight = torch.nn.Parameter(distribute_tensor(torch.empty(16, 8), mesh, placements))
         bias = torch.nn.Parameter(distribute_tensor(torch.empty(16, 8), mesh, placements))
         torch.nn.init.kaiming_normal_(weight)
@@ -215,8 +210,6 @@ def train(mesh_shape: list[int], steps: int = 3) -> Any:
             "losses": losses,
             "end": [weight.full_tensor().flatten().tolist(), bias.full_tensor().flatten().tolist()],
         }
-    finally:
-        hwrng.dtensor.uninstall()
 
 
 def _size(shape: list[int]) -> int:

@@ -106,6 +106,10 @@ class Storage:
             return None
         if kind != "file":
             raise self._not_a_file(path, kind, what)
+        return self._read_file(path, what)
+
+    def _read_file(self, path: str, what: str) -> bytes | None:
+        """The bytes of ``path``, found a regular file just before; ``None`` if it went since."""
         try:
             descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError:
@@ -186,12 +190,7 @@ class _Fsspec(Storage):
             return []
         return sorted(posixpath.basename(str(entry).rstrip("/")) for entry in entries)
 
-    def read(self, path: str, what: str) -> bytes | None:
-        kind = self.kind(path)
-        if kind is None:
-            return None
-        if kind != "file":
-            raise self._not_a_file(path, kind, what)
+    def _read_file(self, path: str, what: str) -> bytes | None:
         try:
             return bytes(self.fs.cat_file(path))
         except FileNotFoundError:

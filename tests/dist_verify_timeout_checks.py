@@ -62,12 +62,35 @@ def absent_rank(fault: str) -> dict[str, Any]:
     return {"outcome": outcome, "seconds": seconds, "again": again}
 
 
-def mixed_groups() -> dict[str, Any]:
-    """Rank 1 alone passes group= (ranks 0 and 1); the others verify over the world."""
+def mixed_groups(slow_watcher: bool) -> dict[str, Any]:
+    """Rank 1 alone passes group= (ranks 0 and 1); the others verify over the world.
+
+    With ``slow_watcher``, rank 1's first look for a deadlock waits (at most 20 s) until rank 0
+    has found it, reported it and gone on to its next call -- as a descheduled rank on a loaded
+    machine does: rank 0's new call is not one rank 1 holds up.
+    """
     _seeded()
     rank = dist.get_rank()
     pair = dist.new_group([0, 1])
-    outcome, seconds = _verify(timeout=30, **({"group": pair} if rank == 1 else {}))
+    arrival = importlib.import_module("hwrng.verify._arrival")
+    real = arrival._Call._deadlock
+    waited: list[bool] = []
+
+    def late_look(call: Any) -> Any:
+        if not waited:
+            waited.append(True)
+            first = call.read_record(0)
+            deadline = time.monotonic() + 20
+            while call.read_record(0) == first and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return real(call)
+
+    if slow_watcher and rank == 1:
+        arrival._Call._deadlock = late_look
+    try:
+        outcome, seconds = _verify(timeout=30, **({"group": pair} if rank == 1 else {}))
+    finally:
+        arrival._Call._deadlock = real
     again, _ = _verify(timeout=30)
     return {"outcome": outcome, "seconds": seconds, "again": again}
 

@@ -20,9 +20,10 @@ arrived:
 
 In a small group (:data:`WATCHED`), waiting ranks also read their peers'
 records as they wait: a peer waiting in a call over another group that
-holds this rank, which this rank has not made, can only be met after this
-call ends -- which needs that peer. Such a deadlock is declared at once,
-both calls decided as a :class:`Mismatch`, which every rank of both reports
+holds this rank -- the call this rank would make next over that group -- can
+only be met after this call ends, which needs that peer. Such a deadlock is
+declared at once, both calls decided as a :class:`Mismatch` in the same
+words whichever of the two ranks finds it, which every rank of both reports
 as a failing verdict naming it.
 
 Nothing here is a collective: a call that fails here leaves every process
@@ -233,7 +234,7 @@ class _Call:
     # -- saying who is missing -----------------------------------------------------------
 
     def _deadlock(self) -> str | None:
-        """A peer waiting in a call this rank has not made, over a group that holds it."""
+        """A peer waiting in the call this rank would make next over a group that holds it."""
         for rank in self.members:
             if rank == self.me:
                 continue
@@ -243,18 +244,13 @@ class _Call:
             other = f"{_ROOT}/{found['group']}/{found['call']}"
             with _lock:
                 made = _calls.get(found["group"], 0)
-            if made > found["call"] or self.store.check([f"{other}/decision"]):
-                continue  # this rank made that call, or it ended: the peer may still come
+            # only the call this rank would make next over that group is one it holds up: a
+            # peer past it went on after that call ended -- decided already, for this rank too
+            if made != found["call"] or self.store.check([f"{other}/decision"]):
+                continue
             if not self.store.check([f"{other}/arrived"]):
                 continue
-            text = (
-                f"rank {rank} called hwrng.verify over {found['words']} while rank {self.me} "
-                f"called it over {self.words}: every rank of a group must call verify with the "
-                "same group=, in the same order"
-            )
-            calls = [[self.group, self.number], [found["group"], found["call"]]]
-            ranks = [rank, self.me]
-            message = "mismatch: " + json.dumps({"text": text, "calls": calls, "ranks": ranks})
+            message = _mismatch((rank, found), (self.me, self.record()))
             self.store.compare_set(f"{other}/decision", "", message)
             return self.decide(message)
         return None
@@ -321,6 +317,22 @@ class _Call:
                 )
         more = f" and {missing - len(absent)} more" if missing > len(absent) else ""
         return f"did not arrive: {', '.join(parts)}{more}"
+
+
+def _mismatch(*sides: tuple[int, dict[str, Any]]) -> str:
+    """The decision for two ranks' calls over different groups, as each rank's record has them.
+
+    The same words whichever of the two ranks finds it (lowest rank first): both may find it at
+    once, and every rank involved reports the one decision.
+    """
+    (first, one), (second, other) = sorted(sides, key=lambda side: side[0])
+    text = (
+        f"rank {first} called hwrng.verify over {one['words']} while rank {second} called it "
+        f"over {other['words']}: every rank of a group must call verify with the same group=, "
+        "in the same order"
+    )
+    calls = [[one["group"], one["call"]], [other["group"], other["call"]]]
+    return "mismatch: " + json.dumps({"text": text, "calls": calls, "ranks": [first, second]})
 
 
 def _skip(calls: list[list[Any]]) -> None:

@@ -67,7 +67,7 @@ from hwrng._states import RNGStatesTracker
 from hwrng._tracker import OffsetTracker
 from hwrng._version import __version__
 from hwrng._workers import WorkerInitFn, WorkerSeeds, worker_init_fn, worker_seeds
-from hwrng.checkpoint import RNGState, load, load_state_dict, save, state_dict
+from hwrng.checkpoint import OnMismatch, RNGState, load, load_state_dict, save, state_dict
 from hwrng.hookspecs import hookimpl
 from hwrng.verify import StreamVerdict, VerifyReport, verify
 
@@ -123,6 +123,7 @@ __all__ = [
     "MeshError",
     "NestingError",
     "OffsetTracker",
+    "OnMismatch",
     "PhiloxCounter",
     "Platform",
     "PlatformInfo",

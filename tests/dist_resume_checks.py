@@ -463,3 +463,82 @@ def per_rank_files_one_rank_cannot_write(directory: str) -> str:
     except hwrng.CheckpointError as error:
         return str(error)
     return "saved"
+
+
+# -- hwrng.load with on_mismatch="reseed": one plan for every rank, or the same refusal ---------
+
+
+def _replicas_along_tp() -> Any:
+    """A (dp, tp) mesh over the world; seeded along dp only, rank 0 and 1 are tp replicas."""
+    return init_device_mesh("cpu", (dist.get_world_size() // 2, 2), mesh_dim_names=("dp", "tp"))
+
+
+def save_a_run(directory: str, run: str, seed: int, *, one_plan: bool = True) -> None:
+    """A run seeds (sharded along dp), draws, and saves each rank's file to ``<run>/rng-<r>.pt``.
+
+    Without ``one_plan`` every rank seeds alone with ``seed + rank``, without a mesh.
+    """
+    rank = dist.get_rank()
+    if one_plan:
+        hwrng.manual_seed(seed, _replicas_along_tp(), sharded_dims=["dp"], platform="cpu")
+    else:
+        hwrng.manual_seed(seed + rank, platform="cpu")
+    _move_everything()
+    folder = os.path.join(directory, run)
+    os.makedirs(folder, exist_ok=True)
+    hwrng.save(os.path.join(folder, f"rng-{rank}.pt"))
+
+
+def _draws() -> dict[str, Any]:
+    """The next draws of every stream (they move the streams: call last)."""
+    return {
+        "torch": torch.rand(4).tolist(),
+        "random": [random.random() for _ in range(2)],
+        "numpy": np.random.rand(2).tolist(),
+    }
+
+
+def reseed_per_rank(directory: str, files: dict[int, str], case: str) -> dict[str, Any]:
+    """Seed otherwise, draw, then ``hwrng.load`` this rank's file ``files[rank]`` (relative to
+    ``directory``) under ``reseed``: what happened, the next draws, verify's verdict, the plan.
+
+    ``case`` ``"no mesh"`` loads without ``mesh=``; ``"rank 2 in a fork"`` loads on rank 2
+    inside a named state's fork; ``"rank 1 says error"`` loads on rank 1 with ``"error"``.
+    """
+    import contextlib
+    import warnings
+
+    rank = dist.get_rank()
+    mesh = _replicas_along_tp()
+    hwrng.manual_seed(4321, mesh, sharded_dims=["dp", "tp"], platform="cpu")
+    _move_everything()
+    block: Any = contextlib.nullcontext()
+    if case == "rank 2 in a fork" and rank == 2:  # a tracker of rank 2's alone, gone on return
+        tracker = hwrng.RNGStatesTracker("cpu")
+        tracker.add("tp", 7)
+        block = tracker.fork("tp")
+    path = os.path.join(directory, files[rank])
+    before = _fingerprint()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with block:
+                hwrng.load(
+                    path,
+                    on_mismatch="error" if case == "rank 1 says error" and rank == 1 else "reseed",
+                    mesh=None if case == "no mesh" else mesh,
+                )
+        except hwrng.CheckpointError as error:
+            return {"refused": str(error), "unchanged": _fingerprint() == before}
+    warned = [str(w.message) for w in caught if issubclass(w.category, hwrng.HwrngWarning)]
+    plan = hwrng.current_seeding()
+    assert plan is not None
+    draws = _draws()
+    report = hwrng.verify(mesh)
+    return {
+        "draws": draws,
+        "verified": report.ok,
+        "report": report.describe(),
+        "warned": warned,
+        "plan": (plan.seed, list(plan.sharded_dims), plan.generation),
+    }

@@ -126,6 +126,18 @@ def test_submodules_are_visible_from_the_package() -> None:
         assert getattr(hwrng, name) is importlib.import_module(f"hwrng.{name}")
 
 
+def test_every_checkpoint_name_is_exported_by_hwrng() -> None:
+    """Both docstrings say so: ``hwrng.checkpoint``'s family is reached from ``hwrng`` too."""
+    import hwrng.checkpoint
+
+    for name in hwrng.checkpoint.__all__:
+        assert name in hwrng.__all__ and name in dir(hwrng), name
+        assert getattr(hwrng, name) is getattr(hwrng.checkpoint, name), name
+    from hwrng import OnMismatch
+
+    assert OnMismatch is hwrng.checkpoint.OnMismatch
+
+
 def test_every_exported_error_is_an_hwrng_error_and_a_builtin() -> None:
     for name in hwrng.__all__:
         value = getattr(hwrng, name)

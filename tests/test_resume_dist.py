@@ -3,7 +3,9 @@ load and train on; the losses match bit for bit, through DCP and through torch.s
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import Any
 
 import dist_resume_checks as checks
 import pytest
@@ -48,11 +50,10 @@ def test_a_checkpoint_of_rank_1_is_refused_on_rank_2(
 ) -> None:
     directory, _ = trained
     messages = fresh.run(checks.load_another_ranks_file, str(directory))
-    assert messages[2].startswith("unchanged: rank 2 refuses to load its RNG state: refusing")
-    assert "rank 1 (here 2)" in messages[2]
-    for rank in (0, 1, 3):  # hwrng.load is a collective: every rank refuses, none changes
-        assert messages[rank].startswith("unchanged: rank 2 refused to load its RNG state"), rank
-        assert "rank 1 (here 2)" in messages[rank]
+    # hwrng.load is a collective: every rank refuses in the same words, none changes
+    assert all(m == messages[0] for m in messages), messages
+    assert messages[0].startswith("unchanged: rank 2 refused to load its RNG state, so no rank")
+    assert "rank 1 (here 2)" in messages[0] and "on_mismatch='reseed'" in messages[0]
 
 
 # -- the DCP entry: any loading process, every planner option, one verdict, other worlds --------
@@ -203,3 +204,117 @@ def test_when_one_rank_cannot_save_its_file_every_rank_raises(
     )
     assert outcomes[1].startswith("cannot save the RNG state to"), outcomes
     assert outcomes[0].startswith("rank 1 could not write its RNG state, so no rank did"), outcomes
+
+
+# -- hwrng.load with on_mismatch="reseed": one plan for every rank, or the same refusal ---------
+
+
+def _coordinates(rank: int) -> tuple[int, int]:
+    """The oracle's (dp, tp) coordinate of ``rank``: init_device_mesh lays ranks out row-major."""
+    return rank // 2, rank % 2
+
+
+def _drawn_as_the_plan_says(results: list[dict[str, Any]]) -> None:
+    """Sharded along dp only: two ranks draw alike, stream by stream, iff their dp is the same."""
+    for stream in ("torch", "random", "numpy"):
+        for a, b in itertools.combinations(range(len(results)), 2):
+            replicas = _coordinates(a)[0] == _coordinates(b)[0]
+            alike = results[a]["draws"][stream] == results[b]["draws"][stream]
+            assert alike == replicas, (stream, a, b, results[a]["draws"], results[b]["draws"])
+
+
+def _files(run: str, world: int, **others: str) -> dict[int, str]:
+    """Each rank's file of ``run``; ``others`` (``rank_1="b"``) puts a rank on another run's."""
+    files = {rank: f"{run}/rng-{rank}.pt" for rank in range(world)}
+    for key, other in others.items():
+        rank = int(key.removeprefix("rank_"))
+        files[rank] = f"{other}/rng-{rank}.pt"
+    return files
+
+
+@pytest.mark.parametrize(
+    ("case", "saved_on", "loaded_on", "files", "damaged"),
+    [
+        ("2 -> 4: ranks 2 and 3 have no file", 2, 4, _files("a", 4), None),
+        ("4 -> 2", 4, 2, _files("a", 2), None),
+        ("rank 1 holds another run's file", 4, 4, _files("a", 4, rank_1="b"), None),
+        ("rank 0 holds another run's file", 4, 4, _files("a", 4, rank_0="b"), None),
+        ("ranks 2 and 3 hold another run's", 4, 4, _files("a", 4, rank_2="b", rank_3="b"), None),
+        ("rank 3's file is missing", 4, 4, _files("a", 4), ("a/rng-3.pt", "removed")),
+        ("rank 2's file is torn", 4, 4, _files("a", 4), ("a/rng-2.pt", "cut in half")),
+    ],
+)
+def test_reseed_of_per_rank_files_derives_every_rank_from_one_plan(
+    fresh: DistributedPool,
+    pair: DistributedPool,
+    tmp_path_factory: pytest.TempPathFactory,
+    case: str,
+    saved_on: int,
+    loaded_on: int,
+    files: dict[int, str],
+    damaged: tuple[str, str] | None,
+) -> None:
+    """The issue's cases: a 2-rank save loaded on 4 ranks was refused ("rank 2 ... no such
+    file"); a rank holding another run's file re-derived from that run's plan, so tensor-parallel
+    replicas drew differently. Every rank now re-derives from the plan most files hold, or the
+    lowest rank's on a tie (run a, seed 53): replicas draw alike and shards apart, by verify and
+    by the oracle of draws."""
+    directory = tmp_path_factory.mktemp("reseed")
+    pools = {2: pair, 4: fresh}
+    pools[saved_on].run(checks.save_a_run, str(directory), "a", 53)
+    if any("b/" in f for f in files.values()):
+        pools[saved_on].run(checks.save_a_run, str(directory), "b", 777)
+    if damaged is not None:
+        file, how = directory / damaged[0], damaged[1]
+        if how == "removed":
+            file.unlink()
+        else:
+            file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+    results = pools[loaded_on].run(checks.reseed_per_rank, str(directory), files, case)
+    assert all("refused" not in r for r in results), results
+    _drawn_as_the_plan_says(results)
+    assert all(r["verified"] for r in results), results[0]["report"]
+    assert [r["plan"] for r in results] == [(53, ["dp"], 1)] * loaded_on
+    warned = [r["warned"] for r in results]
+    assert all(len(w) == 1 for w in warned), warned
+    assert all(w == warned[0] for w in warned), warned  # one verdict, in the same words
+    tie = case.startswith("ranks 2 and 3 hold")  # no plan held by more than half: the lowest rank's
+    chose = "the lowest rank's of the 4 found" if tie else "the seed plan that"
+    assert chose in warned[0][0], warned[0]
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("no mesh", "pass the new one: on_mismatch='reseed', mesh=new_mesh"),
+        ("rank 2 in a fork", "rank 2: cannot re-derive the streams"),
+        ("each rank its own seed", "the files of one save hold different seed plans"),
+        ("no file anywhere", "no rank found a file of hwrng.save"),
+        ("rank 1 says error", "the ranks passed different on_mismatch"),
+    ],
+)
+def test_a_reseed_that_cannot_be_done_is_refused_on_every_rank_in_the_same_words(
+    fresh: DistributedPool,
+    pair: DistributedPool,
+    tmp_path_factory: pytest.TempPathFactory,
+    case: str,
+    expected: str,
+) -> None:
+    """Where no one plan can re-derive every rank, every rank raises the same error and keeps its
+    streams (on main each rank said something else, or ranks re-derived from different plans)."""
+    directory = tmp_path_factory.mktemp("refused")
+    files = _files("a", 4)
+    if case == "each rank its own seed":  # 4 ranks, each seeded alone; rank 3's file lost
+        fresh.run(checks.save_a_run, str(directory), "a", 100, one_plan=False)
+        (directory / "a" / "rng-3.pt").unlink()
+    elif case == "rank 1 says error":  # rank 1 holds another run's file (main: it alone refused)
+        fresh.run(checks.save_a_run, str(directory), "a", 53)
+        fresh.run(checks.save_a_run, str(directory), "b", 777)
+        files = _files("a", 4, rank_1="b")
+    elif case != "no file anywhere":  # saved by 2 ranks, loaded by 4
+        pair.run(checks.save_a_run, str(directory), "a", 53)
+    results = fresh.run(checks.reseed_per_rank, str(directory), files, case)
+    messages = [r.get("refused") for r in results]
+    assert all(m == messages[0] for m in messages), messages
+    assert messages[0] is not None and expected in messages[0], messages[0]
+    assert all(r["unchanged"] for r in results)

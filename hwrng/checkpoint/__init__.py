@@ -9,13 +9,15 @@ The family, every name of which is also importable from :mod:`hwrng`:
 - :class:`RNGState`: every rank's state in a DCP checkpoint, or beside a
   checkpoint that one rank writes, with one verdict on every rank;
 - :class:`RNGLoadPlanner` / :class:`RNGSavePlanner`: DCP planners for per-rank
-  entries (imported when first used: they import ``torch.distributed.checkpoint``).
+  entries (imported when first used: they import ``torch.distributed.checkpoint``);
+- :data:`OnMismatch`: what a load does with a state written elsewhere.
 
 One module per job: ``_capture`` takes a state, ``_checks`` checks one before
 anything changes, ``_restore`` gives it back, ``_reseed`` re-derives streams
 across a change of world, ``_files`` seals and writes files atomically,
 ``_per_rank`` is :func:`save`/:func:`load` (one file per rank, one save
-across ranks), ``_storage`` reaches a checkpoint's filesystem (a path, or an
+across ranks), ``_plan_vote`` agrees on the one saved plan a per-rank load
+re-derives from, ``_storage`` reaches a checkpoint's filesystem (a path, or an
 fsspec URL), ``_sets`` keeps each save's per-rank files apart, ``_named``
 finds which saves a trainer's file names, ``_commit`` decides which sets a
 commit removes, ``_job`` is the entry all ranks share, ``_dcp`` is

@@ -49,6 +49,8 @@ __all__ = [
     "Restore",
     "check_on_mismatch",
     "checked_plan",
+    "examine",
+    "position_on_plan",
     "verdict",
 ]
 
@@ -286,13 +288,14 @@ def _reseed_verdict(
     return plan_reseed(plan, position, mesh, platform, why)
 
 
-def verdict(
-    document: object,
-    on_mismatch: OnMismatch,
-    mesh: DeviceMesh | None,
-    platform: Platform,
-) -> Restore | Reseed:
-    """Everything checked: what loading ``document`` here would do, or a CheckpointError."""
+def examine(document: object, mesh: DeviceMesh | None, platform: Platform) -> Restore | str:
+    """The :class:`Restore` loading ``document`` here would apply, or why it was written elsewhere.
+
+    Why: ``"it was written with world size 2 (here 4), ..."``, naming every
+    difference of backend, rank, world size, mesh and device count (the rest
+    of the state is then left unchecked: it cannot be restored here). A
+    corrupt or unusable document raises a :class:`~hwrng.CheckpointError`.
+    """
     checked = _check_header(document)
     written = _require(checked, "written_by", Mapping)
     check_invariant_contract(written.get("invariant"))
@@ -304,8 +307,21 @@ def verdict(
         here["mesh"] = written.get("mesh")  # no mesh declared here: the saved plan comes back
     differences = _differences(written, here)
     if differences:
-        why = "it was written with " + ", ".join(differences)
-        if on_mismatch == "reseed":
-            return _reseed_verdict(checked, mesh, why, platform)
-        raise CheckpointError(f"refusing to restore this RNG state: {why}")
+        return "it was written with " + ", ".join(differences)
     return _check_everything(checked, platform)
+
+
+def verdict(
+    document: object,
+    on_mismatch: OnMismatch,
+    mesh: DeviceMesh | None,
+    platform: Platform,
+) -> Restore | Reseed:
+    """Everything checked: what loading ``document`` here would do, or a CheckpointError."""
+    found = examine(document, mesh, platform)
+    if isinstance(found, Restore):
+        return found
+    if on_mismatch == "reseed":
+        assert isinstance(document, Mapping)  # examine checked it
+        return _reseed_verdict(document, mesh, found, platform)
+    raise CheckpointError(f"refusing to restore this RNG state: {found}")

@@ -6,8 +6,11 @@ whether every rank could take its state), and every file records it. A load
 compares them across ranks before any rank changes anything, so a job whose
 ranks hold files of different saves -- one rank killed before it saved over
 its file -- is refused on every rank, naming the ranks and their files,
-instead of resuming half at one step and half at another; under
-``on_mismatch="reseed"`` every rank re-derives its streams instead.
+instead of resuming half at one step and half at another. Under
+``on_mismatch="reseed"`` that, and any rank's file that does not fit (missing,
+torn, of another world), makes every rank re-derive its streams from one saved
+plan the ranks agree on (``_plan_vote``), or every rank refuse alike: never
+some ranks restored and others re-derived, nor ranks re-derived from two plans.
 
 With a process group both are collectives over the default group: every rank
 calls them (each with its own path). Without one, a single process saves and
@@ -16,12 +19,12 @@ loads alone, and nothing is compared.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hwrng._collectives import Comm, rank_and_size
+from hwrng._collectives import WORD_LIMIT, Comm, rank_and_size
 from hwrng._exceptions import CheckpointError
 from hwrng._platform import Platform
 from hwrng._registry import platform_in_force
@@ -31,11 +34,11 @@ from hwrng.checkpoint._checks import (
     Restore,
     check_on_mismatch,
     checked_plan,
+    examine,
     position_on_plan,
-    verdict,
 )
 from hwrng.checkpoint._files import regular_destination, seal, unseal, write_atomically
-from hwrng.checkpoint._reseed import Reseed, plan_reseed
+from hwrng.checkpoint._plan_vote import Held, agreed_reseed
 from hwrng.checkpoint._restore import carry_out
 from hwrng.checkpoint._storage import Storage
 
@@ -144,16 +147,26 @@ def _raise_on_every_rank(comm: Comm, caught: CheckpointError | None, first: int,
     raise CheckpointError(f"rank {first} {what}, so no rank did: {why}")
 
 
-def _read(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    """The save identity and the state in the file of :func:`save` at ``path``."""
+def _read(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any]] | str:
+    """The save identity and the state in the file of :func:`save` at ``path``, or why none.
+
+    A file that holds no usable state -- missing, not a regular file (refused
+    unopened), torn, altered, or not of this layout -- is said why; a file
+    that cannot be read (a permission, an I/O error) raises.
+    """
     what = f"the RNG state file {path!r}"
     try:
         blob = Storage().read(path, what)
     except OSError as error:
         raise CheckpointError(f"cannot read the RNG state {path!r}: {error}") from None
+    except CheckpointError as error:  # not a regular file
+        return str(error)
     if blob is None:
-        raise CheckpointError(f"cannot read the RNG state {path!r}: there is no such file")
-    content = unseal(blob, what)
+        return f"cannot read the RNG state {path!r}: there is no such file"
+    try:
+        content = unseal(blob, what)
+    except CheckpointError as error:
+        return str(error)
     identity = content.get("save") if isinstance(content, Mapping) else None
     if (
         not isinstance(content, Mapping)
@@ -161,14 +174,50 @@ def _read(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
         or not isinstance(identity, Mapping)
         or not isinstance(content.get("state"), Mapping)
     ):
-        raise CheckpointError(
+        return (
             f"{what} is not a file of hwrng.save in layout {FILE_FORMAT} (a file of each rank "
             "with its save's identity): written by an earlier hwrng, or by something else"
         )
     nonce = identity.get("nonce")
     if not isinstance(nonce, int) or not 0 <= nonce < 2**62:
-        raise CheckpointError(f"corrupt {what}: its save identity is not a nonce")
+        return f"corrupt {what}: its save identity is not a nonce"
     return identity, content["state"]
+
+
+@dataclass(frozen=True)
+class _Own:
+    """What this rank's file gives, before any rank compares.
+
+    ``failure``: a refusal whatever ``on_mismatch`` says (the file cannot be
+    read, or its state is corrupt); ``unfit``: why the file cannot be restored
+    here (it holds no usable state, or was written by another world, rank,
+    mesh, backend or device count), which ``on_mismatch="reseed"`` accepts.
+    """
+
+    failure: str | None = None
+    unfit: str | None = None
+    restore: Restore | None = None
+    held: Held = field(default_factory=lambda: Held(None, None, 0))
+
+
+def _own(path: str, mesh: DeviceMesh | None, platform: Platform) -> _Own:
+    """Read and check this rank's file; change nothing."""
+    try:
+        read = _read(path)
+        if isinstance(read, str):
+            return _Own(unfit=read)
+        identity, document = read
+        examined = examine(document, mesh, platform)
+        plan = checked_plan(document.get("plan"))
+        position = 0 if plan is None else position_on_plan(plan, document.get("position"))
+    except CheckpointError as error:
+        return _Own(failure=str(error))
+    except Exception as error:  # tell the other ranks, or they wait for this one
+        return _Own(failure=repr(error))
+    held = Held(identity["nonce"], plan, position)
+    if isinstance(examined, str):
+        return _Own(unfit=f"refusing to restore this RNG state: {examined}", held=held)
+    return _Own(restore=examined, held=held)
 
 
 def load(
@@ -182,74 +231,120 @@ def load(
 
     With a process group this is a collective: call it on every rank, each
     with its own ``path``. Every rank checks its file whole first, then one
-    ``all_reduce`` of six words compares the ranks: if any rank refuses (its
-    file missing, damaged, or not a regular file -- refused without opening
-    it), or the ranks' files come from different saves (a rank killed before
-    it saved over its file), every rank raises a
-    :class:`~hwrng.CheckpointError` naming the ranks and their files, and no
-    rank changes anything. Under ``on_mismatch="reseed"``, files of different
-    saves make every rank re-derive its streams from its file's seed plan
-    instead, from the furthest DTensor position any rank saved, and warn.
-    Without a process group, one process loads alone. See
-    :func:`hwrng.load_state_dict` for the checks of the state itself.
+    ``all_reduce`` of eight words gives every rank one verdict, before any
+    rank changes anything: all restore; all re-derive (``on_mismatch="reseed"``);
+    or all refuse, each with the same :class:`~hwrng.CheckpointError`.
+
+    Every rank restores its own streams bit for bit when every rank's file
+    fits and all come from one save. Otherwise, by default, every rank
+    refuses, naming the rank and why: a rank's file missing, not a regular
+    file (refused without opening it), torn or altered, or written by another
+    world size, rank, mesh, backend or device count; or the ranks' files of
+    different saves (a rank killed before it saved over its file), naming the
+    ranks and their files.
+
+    Under ``on_mismatch="reseed"`` each of those makes *every* rank re-derive
+    its streams, as the next resume generation of one saved seed plan that
+    every rank agrees on -- the plan held by more than half of the files found
+    (the run that wrote most of them), else the lowest rank's -- for the new
+    ``mesh``, continuing the device streams from the furthest DTensor
+    position any file of that plan saved, and warn: replicas of the new mesh
+    draw alike and shards apart. Every rank refuses instead, with the same
+    message, when no rank found a file, when the files of one save hold
+    different plans (ranks seeded each with its own), or when any rank cannot
+    re-derive (no ``mesh=`` for a plan made on a mesh, a named state forked).
+
+    A file that cannot be read (a permission, an I/O error) or whose state is
+    corrupt is refused on every rank whatever ``on_mismatch`` says, and so is
+    any load whose ranks pass different ``on_mismatch``. Without a
+    process group, one process loads alone. See :func:`hwrng.load_state_dict`
+    for the checks of the state itself.
 
     Raises
     ------
     CheckpointError
-        On every rank, naming the rank and its file: a file that is missing,
-        not a regular file, truncated, longer than written, changed in any
-        byte, refused by :func:`hwrng.load_state_dict`, or of another save
-        than the other ranks' files.
+        On every rank, with the same message, naming the rank and its file:
+        as above, and a state refused by :func:`hwrng.load_state_dict`.
     """
-    check_on_mismatch(on_mismatch)
     target = os.fspath(path)
     rank, world_size = rank_and_size()
     resolved = platform_in_force(platform)
     comm = Comm(None, resolved)
-    failure: str | None = None
-    nonce, position = 0, 0
-    checked: Restore | Reseed | None = None
-    fallback: Reseed | None = None
-    cannot_why = "it was loaded with on_mismatch='error'"
+    reseeding = on_mismatch == "reseed"
+    own = _own(target, mesh, resolved)
+    failure = own.failure
     try:
-        identity, document = _read(target)
-        nonce = identity["nonce"]
-        checked = verdict(document, on_mismatch, mesh, resolved)
-        plan = checked_plan(document.get("plan"))
-        position = 0 if plan is None else position_on_plan(plan, document.get("position"))
+        check_on_mismatch(on_mismatch)  # a rank's bad argument still meets its peers: all raise
     except CheckpointError as error:
         failure = str(error)
-    except Exception as error:  # tell the other ranks, or they wait for this one
-        failure = repr(error)
-    if failure is None and on_mismatch == "reseed":
-        try:
-            fallback = plan_reseed(plan, position, mesh, resolved, "files of different saves")
-        except CheckpointError as error:
-            cannot_why = str(error)
-    words = comm.max(
-        [int(failure is not None), nonce, position, int(fallback is None)],
-        negated=[nonce, rank if failure is not None else world_size],
+    if failure is None and own.unfit is not None and not reseeding:
+        failure = f"{own.unfit}; {_REMEDY}"
+    nonce = own.held.nonce
+    failed, unfit, newest, some_reseed, oldest, first_failed, lowest, every_reseed = comm.max(
+        [
+            int(failure is not None),
+            int(own.unfit is not None),
+            0 if nonce is None else nonce,
+            int(reseeding),
+        ],
+        negated=[
+            WORD_LIMIT - 1 if nonce is None else nonce,
+            rank if failure is not None else world_size,
+            rank if nonce is not None else world_size,
+            int(reseeding),
+        ],
     )
-    refused, newest, furthest, cannot, oldest, first = words
-    if refused:
-        why = comm.broadcast_text(failure or "", first)
-        if first == rank:
-            raise CheckpointError(f"rank {rank} refuses to load its RNG state: {failure}")
-        raise CheckpointError(f"rank {first} refused to load its RNG state, so no rank did: {why}")
-    if newest != oldest:
-        mixed = _mixed_saves(comm, nonce, target)
-        if on_mismatch == "reseed" and not cannot:
-            assert fallback is not None
-            checked = dataclasses.replace(fallback, position=furthest, why=mixed)
-        elif on_mismatch == "reseed":
-            raise CheckpointError(
-                f"refusing to load the RNG state: {mixed}; and the streams cannot be "
-                f"re-derived: {cannot_why}"
-            )
-        else:
-            raise CheckpointError(f"refusing to load the RNG state: {mixed}; {_REMEDY}")
-    assert checked is not None
-    carry_out(checked, resolved, mesh)
+    if failed:
+        why = comm.broadcast_text(failure or "", first_failed)
+        raise CheckpointError(
+            f"rank {first_failed} refused to load its RNG state, so no rank did: {why}"
+        )
+    if some_reseed != every_reseed:
+        raise CheckpointError(
+            "refusing to load the RNG state: the ranks passed different on_mismatch (some "
+            "'reseed', some 'error'), so they would not reach one verdict; pass the same on "
+            "every rank"
+        )
+    mixed = lowest < world_size and newest != oldest
+    if not unfit and not mixed:
+        assert own.restore is not None  # every rank's file fits, and all come from one save
+        carry_out(own.restore, resolved, mesh)
+        return
+    if not reseeding:  # every unfit file was refused above: files of different saves
+        mixed_why = _mixed_saves(comm, nonce or 0, target)
+        raise CheckpointError(f"refusing to load the RNG state: {mixed_why}; {_REMEDY}")
+    why = _why_reseed(comm, own, unfit=bool(unfit), mixed=mixed, path=target)
+    if lowest >= world_size:
+        raise CheckpointError(
+            f"refusing to load the RNG state ({why}): no rank found a file of hwrng.save to "
+            "re-derive the streams from; resume from another checkpoint"
+        )
+    reseed = agreed_reseed(comm, own.held, lowest=lowest, mesh=mesh, platform=resolved, why=why)
+    carry_out(reseed, resolved, mesh)
+
+
+def _why_reseed(comm: Comm, own: _Own, *, unfit: bool, mixed: bool, path: str) -> str:
+    """Every rank: why the streams are re-derived, in the same words (a collective).
+
+    Names the lowest rank without a usable file and the lowest whose file was
+    written elsewhere (another world, rank, mesh), each where there is one.
+    """
+    if not unfit:
+        return _mixed_saves(comm, own.held.nonce or 0, path)
+    absent = own.unfit is not None and own.held.nonce is None
+    elsewhere = own.unfit is not None and own.held.nonce is not None
+    (count,) = comm.sum([int(own.unfit is not None)])
+    firsts = comm.max(
+        [], negated=[comm.rank if absent else comm.size, comm.rank if elsewhere else comm.size]
+    )
+    said = [
+        f"rank {first}: {comm.broadcast_text(own.unfit or '', first)}"
+        for first in firsts
+        if first < comm.size
+    ]
+    ranks = f"the files of {count} of {comm.size} rank(s) do not fit"
+    mixed_too = "; the files found come from more than one save" if mixed else ""
+    return f"{ranks}: {'; '.join(said)}{mixed_too}"
 
 
 def _mixed_saves(comm: Comm, nonce: int, path: str) -> str:
@@ -262,5 +357,5 @@ def _mixed_saves(comm: Comm, nonce: int, path: str) -> str:
     return (
         f"the ranks' RNG files come from different saves: ranks {positions}{more} hold "
         f"another save than the other ranks ({files}{more}): a rank was killed or failed "
-        "while saving over its file"
+        "while saving over its file, or a rank's file is another run's"
     )

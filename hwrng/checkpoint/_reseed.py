@@ -122,6 +122,7 @@ def carry_out_reseed(reseed: Reseed, platform: Platform, mesh: DeviceMesh | None
     host = host_generator()
     devices = device_generators(platform) or [host]
     trackers = {name: t for name, t in live_trackers().items() if t.names}
+    states = f"named states {sorted(trackers)}" if trackers else "named states"
     if reseed.fresh:
         with claim(host, *devices):
             seed_streams(own, platform)
@@ -131,8 +132,8 @@ def carry_out_reseed(reseed: Reseed, platform: Platform, mesh: DeviceMesh | None
         warnings.warn(
             f"hwrng: nothing was restored ({reseed.why}); every stream was re-derived as resume "
             f"generation {plan.generation} of the plan in force, from the seed "
-            f"generation_seed(seed, {plan.generation}) = {plan.seed}, and named states "
-            f"{sorted(trackers) or ''} alike: new streams, which repeat nothing the saved job "
+            f"generation_seed(seed, {plan.generation}) = {plan.seed}, and {states} "
+            "alike: new streams, which repeat nothing the saved job "
             "drew and do not continue it.",
             HwrngWarning,
             stacklevel=4,
@@ -150,8 +151,8 @@ def carry_out_reseed(reseed: Reseed, platform: Platform, mesh: DeviceMesh | None
         f"from the saved seed plan (seed {plan.seed}, sharded {list(plan.sharded_dims)}) for "
         f"this mesh as resume generation {plan.generation}: the device generators continue "
         f"at the saved DTensor position (offset {reseed.position}); random, NumPy, "
-        f"{'' if devices == [host] else 'torch CPU, '}PYTHONHASHSEED and named states "
-        f"{sorted(trackers) or ''} start streams of their own, keyed by their seeds and the "
+        f"{'' if devices == [host] else 'torch CPU, '}PYTHONHASHSEED and {states} "
+        "start streams of their own, keyed by their seeds and the "
         "generation, never one the saved job drew.",
         HwrngWarning,
         stacklevel=4,

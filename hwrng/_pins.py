@@ -19,10 +19,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-from packaging.version import Version
-
 __all__ = ["PROJECT", "pin_mismatch"]
 
 #: The distribution whose version plugins pin.
@@ -53,6 +49,12 @@ def pin_mismatch(
         change: the hwrng the plugin asks for, or a release of the plugin
         that accepts this hwrng.
     """
+    # packaging's parsers cost more to import than the rest of _registry: loaded when a
+    # plugin is first checked, not by import hwrng
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
     here = Version(installed)
     for text in requires:
         try:

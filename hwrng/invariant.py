@@ -30,7 +30,8 @@ operations, so no library function decides a bit. The ops refuse to be
 captured into a CUDA graph (a replay would repeat the numbers).
 
 Under ``torch.compile`` every op (and :func:`global_index`) runs eagerly:
-the compiled code breaks its graph at the call (``torch.compiler.disable``),
+the compiled code breaks its graph at the call (the op is disabled for dynamo
+on its first call, so importing this module loads no part of torch's compiler),
 so the op keeps its exact contract -- the same values as eager code, the
 generator advanced as in eager code -- and the code around it is compiled.
 With ``fullgraph=True`` torch refuses the call with an error that names the
@@ -45,6 +46,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 import torch
+from torch._compile import _disable_dynamo
 
 from hwrng import _philox
 from hwrng._exceptions import InvalidArgumentError, InvalidValueError, MeshError, NestingError
@@ -83,7 +85,6 @@ CONTRACT_VERSION: int = _contract.CONTRACT_VERSION
 Ranges = list[tuple[int, int]]  # (start, length) runs whose concatenation is a dim's positions
 
 _Op = TypeVar("_Op", bound=Callable[..., Any])
-_disable: Callable[..., Any] = torch.compiler.disable  # untyped in torch
 
 
 def _runs_eagerly(why: str) -> Callable[[_Op], _Op]:
@@ -95,16 +96,28 @@ def _runs_eagerly(why: str) -> Callable[[_Op], _Op]:
     recursed without end). Run eagerly, an op draws and advances exactly as in
     eager code. ``fullgraph=True`` refuses the call with torch's ``Unsupported``
     error, whose message carries the reason made here: the op, why, and the fix.
+
+    ``torch.compiler.disable`` would import ``torch._dynamo`` (and with it torch's
+    compiler stack and ``torch.distributed.tensor``) when this module loads, so the
+    op is wrapped by ``torch._disable_dynamo`` instead, torch's own deferred form of
+    it: the wrapper imports dynamo and disables the op on its first call, and lives
+    in a module dynamo never traces, so compiled code breaks its graph at the call
+    even when that call is the op's first. The two attributes below are what dynamo
+    reads from a disabled function at that break: they make its message the reason
+    made here, as ``torch.compiler.disable(op, reason=...)`` does (private to torch:
+    tests/test_invariant_compile.py and tests/test_import_cost.py check the message).
     """
 
     def wrap(op: _Op) -> _Op:
         name = f"hwrng.invariant.{op.__name__}"
-        reason = (
+        eager = _disable_dynamo(op)
+        eager._torchdynamo_disable = True  # type: ignore[attr-defined]
+        eager._torchdynamo_disable_msg = (  # type: ignore[attr-defined]
             f"{name} {why}, so torch.compile runs it eagerly, breaking the graph at the call, "
             f"which fullgraph=True forbids: compile with fullgraph=False (the default), or call "
             f"{name} outside the compiled function"
         )
-        return cast(_Op, _disable(op, reason=reason))
+        return cast(_Op, eager)
 
     return wrap
 

@@ -36,7 +36,6 @@ from hwrng._plan import Seeding
 from hwrng._platform import Platform
 from hwrng._state_digest import mersenne_state_digest
 from hwrng._states import live_trackers
-from hwrng.dtensor._meshes import meshes_in_use
 from hwrng.verify._meshes import IRREGULAR, instance_of, kind_of, rank_set
 from hwrng.verify._rule import Observation
 
@@ -288,6 +287,9 @@ class DTensorView:
 
 def dtensor_view(platform: Platform, seeding: Seeding | None, mesh: Any) -> DTensorView:
     """The :class:`DTensorView` of this rank (nothing is drawn or changed)."""
+    # Imported here: the adapter's package stays unloaded until verify runs (import hwrng).
+    from hwrng.dtensor._meshes import meshes_in_use
+
     own_seed, offset = platform.counter.peek(platform.generator())
     meshes = [mesh] if mesh is not None else meshes_in_use()
     recorded = sorted({rank_set(mesh_tensor(used).tolist()) for used in meshes})

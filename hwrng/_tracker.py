@@ -74,8 +74,9 @@ class OffsetTracker:
         :func:`hwrng.shard_offsets`). A refused region changes nothing. In the
         recomputation of an activation checkpoint the region draws where its
         forward drew, and leaves the generator where the forward's did if torch
-        rewound it to the forward's state, else as it found it (a user's
-        generator, which torch never rewinds).
+        rewound it to the forward's state (its default generators, unless
+        ``preserve_rng_state=False``), else as it found it (a user's generator,
+        which torch never rewinds).
 
         Parameters
         ----------
@@ -163,9 +164,10 @@ class _Region:
     In a recomputation of an activation checkpoint (see ``hwrng._recompute``)
     the region starts where its forward's did, read from the checkpoint's
     journal, and leaves the tracked generator as the forward did where torch
-    rewound it to the forward's state (the default generator), else as it
-    found it (a user's generator, which torch never rewinds): a backward pass
-    leaves every generator where an uninterrupted run would.
+    rewound it to the forward's state (the default generators, as torch's
+    record of the checkpoint says), else as it found it (a user's generator,
+    which torch never rewinds): a backward pass leaves every generator where an
+    uninterrupted run would.
     """
 
     __slots__ = (
@@ -222,11 +224,8 @@ class _Region:
             if replaying:
                 assert where is not None
                 key = _journal_key(tracked, self._generator, start, end)
-                seed, offset, found = where.replay("region", key)
-                now = tracked.get_state()
-                with recompute.quietly():
-                    rewound = bool(torch.equal(now, found))
-                resume = None if rewound else now
+                seed, offset = where.replay("region", key)
+                resume = None if where.rewinds(tracked, platform) else tracked.get_state()
                 settled = False
             else:
                 seed, offset, settled = counter.locate(tracked)
@@ -237,7 +236,7 @@ class _Region:
                     )
                 if where is not None:
                     key = _journal_key(tracked, self._generator, start, end)
-                    where.record("region", key, (seed, offset, tracked.get_state()))
+                    where.record("region", key, (seed, offset))
             self._saved = drawn.get_state() if drawn is not tracked else None
             draw_seed = seed if self._choose is None else self._choose(seed)
             if replaying:

@@ -10,6 +10,7 @@ region on a user's generator (importable by the spawned ranks).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import recompute_harness as harness
@@ -23,7 +24,7 @@ import hwrng
 SEED = 31
 
 
-def _run(flavour: str, kinds: tuple[str, ...], schedule: str) -> Any:
+def _run(flavour: str, kinds: tuple[str, ...], schedule: str, **options: Any) -> Any:
     rank = dist.get_rank()
     mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
     spec = hwrng.ShardSpec((2 * harness.ROWS, harness.WIDTH), (2,), (Shard(0),), (rank,))
@@ -46,15 +47,31 @@ def _run(flavour: str, kinds: tuple[str, ...], schedule: str) -> Any:
         spec=spec,
         dtensor=dtensor_dropout,
         next_dtensor=next_dtensor,
+        **options,
     )
 
 
-def oracle(flavour: str, kinds: list[str], schedule: str = "steps") -> list[str]:
-    """This rank's differences between ``flavour`` and the plain run (empty: none)."""
+def oracle(
+    flavour: str,
+    kinds: list[str],
+    schedule: str = "steps",
+    inner: str | None = None,
+    forked: bool = False,
+) -> list[str]:
+    """This rank's differences between ``flavour`` and the plain run (empty: none).
+
+    ``inner`` wraps each block's random part in saved-tensor hooks of its own
+    (``recompute_harness.Block``), in the checkpointed run; ``forked`` runs each
+    step's forward inside ``hwrng.fork_rng()``, in both runs.
+    """
+    options: dict[str, Any] = {}
+    if forked:
+        options["forward_context"] = functools.partial(hwrng.fork_rng, platform="cpu")
+    checkpointed = options if inner is None else {**options, "inner": inner}
     hwrng.dtensor.install("cpu")
     try:
-        expected = _run("plain", tuple(kinds), schedule)
-        got = _run(flavour, tuple(kinds), schedule)
+        expected = _run("plain", tuple(kinds), schedule, **options)
+        got = _run(flavour, tuple(kinds), schedule, **checkpointed)
     finally:
         hwrng.dtensor.uninstall()
     return harness.mismatches(expected, got)

@@ -10,6 +10,15 @@ draw of every stream afterwards. The oracle is the same function with the
 flavour ``"plain"`` (no checkpointing, so nothing is recomputed): a flavour is
 recompute-safe for the streams when both return equal tensors, bit for bit.
 
+A block may also draw in its *backward* (gradient noise, stochastic rounding):
+the kind ``"function:<stream>"`` passes its activations through a custom
+``autograd.Function`` whose backward draws through that stream, ``"hook:<stream>"``
+registers a tensor hook that does; neither is a recomputation, so both must
+draw what they draw without checkpointing. ``inner`` wraps the block's random
+part in saved-tensor hooks of its own (a nested checkpoint, ``save_on_cpu``,
+``offload_wrapper``), and ``forward_context`` runs each forward inside a
+context (``fork_rng``).
+
 Each run starts from a clean slate -- every generator seeded, the tracker's
 states and the CPU counter's memory (its memo of drawn states and its anchors)
 forgotten -- so that no run can borrow a position remembered by another.
@@ -17,9 +26,11 @@ forgotten -- so that no run can borrow a position remembered by another.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -35,6 +46,12 @@ WIDTH = 8
 ROWS = 4
 LAYERS = 3
 STREAMS = ("default", "named", "fork_rng", "isolate_rng", "invariant", "user_region")
+#: The streams a block's backward draws through in the kinds "function:..." and "hook:...".
+BACKWARD_STREAMS = ("named", "fork_rng", "isolate_rng", "invariant", "user_region")
+#: How a block's backward draws: a custom autograd.Function's backward, or a tensor hook.
+BACKWARD_DRAWERS = ("function", "hook")
+#: Saved-tensor hooks a block may push around its random part (``train(inner=...)``).
+INNER = ("nested", "composable", "save_on_cpu", "offload")
 #: A tracked op on a 4x8 tensor that is not sharded (one rank holds all of it).
 WHOLE = hwrng.ShardSpec((ROWS, WIDTH), (1,), (Shard(0),), (0,))
 
@@ -48,6 +65,8 @@ FLAVOURS = (
     "composable",
     "no_preserve",
     "wrapper_no_preserve",
+    "reentrant_no_preserve",
+    "composable_no_preserve",
 )
 
 
@@ -90,8 +109,50 @@ class Streams:
         ]
 
 
-class Block(torch.nn.Module):
-    """A linear layer, then a dropout-like draw from each stream asked for."""
+def _uniform(
+    streams: Streams,
+    stream: str,
+    spec: hwrng.ShardSpec,
+    dtensor: Callable[[torch.Tensor], torch.Tensor] | None,
+) -> torch.Tensor:
+    """Numbers in [0, 1) of the block's shape, drawn through one stream."""
+    shape = spec.local_shape
+    if stream == "named":
+        with streams.tracker.fork():
+            return torch.rand(shape)
+    if stream == "fork_rng":
+        with hwrng.fork_rng(platform="cpu"):
+            return torch.rand(shape)
+    if stream == "isolate_rng":
+        with hwrng.isolate_rng(platform="cpu"):
+            rows = torch.tensor([random.random() for _ in range(shape[0])])
+            return rows[:, None] * torch.from_numpy(np.random.rand(*shape)).float()
+    if stream == "invariant":
+        return hwrng.invariant.uniform_(torch.empty(shape), spec)
+    if stream == "user_region":
+        with streams.offsets.region(spec, streams.user) as generator:
+            return torch.rand(shape, generator=generator)
+    if stream == "dtensor":
+        assert dtensor is not None
+        return dtensor(torch.ones(shape)) / 2.0  # a DTensor dropout of p = 0.5: 0 or 1
+    raise ValueError(f"unknown stream {stream!r}")
+
+
+class _NoisyGradient(torch.autograd.Function):
+    """The identity, whose backward masks the gradient with numbers drawn through a stream."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, draw: Callable[[], torch.Tensor]) -> torch.Tensor:
+        ctx.draw = draw
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * (ctx.draw() > 0.3).to(grad.dtype), None
+
+
+class Draws(torch.nn.Module):
+    """A block's random part: a dropout-like draw from each stream asked for."""
 
     def __init__(
         self,
@@ -101,14 +162,12 @@ class Block(torch.nn.Module):
         dtensor: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         super().__init__()
-        self.lin = torch.nn.Linear(WIDTH, WIDTH)
         self.streams = streams
         self.kinds = tuple(kinds)
         self.spec = spec
         self.dtensor = dtensor
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.tanh(self.lin(x))
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
         streams = self.streams
         if "default" in self.kinds:
             h = F.dropout(h, 0.25)
@@ -134,7 +193,63 @@ class Block(torch.nn.Module):
             with streams.offsets.region(self.spec, streams.user) as generator:
                 noise = torch.rand(self.spec.local_shape, generator=generator)
             h = h * (noise > 0.3).to(h.dtype)
+        for kind in self.kinds:
+            drawer, _, stream = kind.partition(":")
+            draw = functools.partial(_uniform, streams, stream, self.spec, self.dtensor)
+            if drawer == "function":
+                h = _NoisyGradient.apply(h, draw)
+            elif drawer == "hook" and h.requires_grad:  # not in a reentrant forward (no_grad)
+                h.register_hook(lambda grad, draw=draw: grad * (draw() > 0.3).to(grad.dtype))
         return h
+
+
+class Block(torch.nn.Module):
+    """A linear layer, its random part (``Draws``), in saved-tensor hooks of its own if asked.
+
+    ``inner``: ``"nested"`` checkpoints the random part again (non-reentrant;
+    ``"nested_reentrant"``: reentrant, which pushes no saved-tensor hooks),
+    ``"composable"`` does with the composable ``checkpoint(module)``,
+    ``"save_on_cpu"`` runs it under ``torch.autograd.graph.save_on_cpu``,
+    ``"offload"`` wraps it in torch's ``offload_wrapper`` (which does the same).
+    """
+
+    def __init__(
+        self,
+        streams: Streams,
+        kinds: Sequence[str],
+        spec: hwrng.ShardSpec = WHOLE,
+        dtensor: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        inner: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(WIDTH, WIDTH)
+        self.draws: torch.nn.Module = Draws(streams, kinds, spec, dtensor)
+        self.inner = inner
+        if inner == "offload":
+            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+                offload_wrapper,
+            )
+
+            self.draws = offload_wrapper(self.draws)
+        elif inner == "composable":
+            from torch.distributed._composable import checkpoint as composable
+
+            composable(self.draws)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        h = torch.tanh(self.lin(x))
+        if self.inner in ("nested", "nested_reentrant"):
+            h = checkpoint(self.draws, h, use_reentrant=self.inner == "nested_reentrant")
+        elif self.inner == "save_on_cpu":
+            with torch.autograd.graph.save_on_cpu():
+                h = self.draws(h)
+        else:
+            h = self.draws(h)
+        # A tensor saved after the random part: a recomputation runs through all of it (torch
+        # stops one early once the last tensor saved under its own hooks is back).
+        return torch.tanh(h)
 
 
 def _keeps_random_ops(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
@@ -173,6 +288,8 @@ def wrap(  # noqa: PLR0911 - one return per flavour reads best
         return checkpointed(use_reentrant=False)
     if flavour == "no_preserve":
         return checkpointed(use_reentrant=False, preserve_rng_state=False)
+    if flavour == "reentrant_no_preserve":
+        return checkpointed(use_reentrant=True, preserve_rng_state=False)
     if flavour == "wrapper":
         return checkpoint_wrapper(block)
     if flavour == "wrapper_no_preserve":  # torchtitan's apply_ac
@@ -183,10 +300,10 @@ def wrap(  # noqa: PLR0911 - one return per flavour reads best
         policy = _keeps_matmuls if flavour == "selective" else _keeps_random_ops
         contexts = functools.partial(create_selective_checkpoint_contexts, policy)
         return checkpointed(use_reentrant=False, context_fn=contexts)
-    if flavour == "composable":
+    if flavour in ("composable", "composable_no_preserve"):
         from torch.distributed._composable import checkpoint as composable
 
-        return composable(block)
+        return composable(block, preserve_rng_state=flavour == "composable")
     raise ValueError(f"unknown flavour {flavour!r}")
 
 
@@ -199,7 +316,7 @@ def kinds_for(flavour: str, kinds: Sequence[str] = STREAMS) -> tuple[str, ...]:
     ops break the graph and run eagerly, and a checkpoint whose block breaks
     the graph runs eagerly, recomputation and all).
     """
-    if flavour in ("no_preserve", "wrapper_no_preserve"):
+    if flavour.endswith("no_preserve"):
         return tuple(k for k in kinds if k != "default")
     return tuple(kinds)
 
@@ -222,16 +339,20 @@ def train(
     dtensor: Callable[[torch.Tensor], torch.Tensor] | None = None,
     next_dtensor: Callable[[], torch.Tensor] | None = None,
     backward: Callable[[torch.Tensor], None] = torch.Tensor.backward,
+    inner: str | None = None,
+    forward_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
     """Every gradient of every step, then the next draw of every stream.
 
     ``dtensor`` is the block's DTensor op (for the kind ``"dtensor"``),
-    ``next_dtensor`` draws the DTensor stream once more after the steps, and
-    ``backward`` runs each step's backward pass from its loss.
+    ``next_dtensor`` draws the DTensor stream once more after the steps,
+    ``backward`` runs each step's backward pass from its loss, ``inner`` wraps
+    each block's random part (see :class:`Block`) and each step's forward runs
+    inside ``forward_context()``.
     """
     streams = Streams(seed, tracker=tracker)
     torch.manual_seed(seed)  # the weights, then the default stream again
-    blocks = [Block(streams, kinds, spec, dtensor) for _ in range(LAYERS)]
+    blocks = [Block(streams, kinds, spec, dtensor, inner) for _ in range(LAYERS)]
     hwrng.manual_seed(seed, platform="cpu")
     forget_counter()
     layers = [wrap(flavour, block) for block in blocks]
@@ -248,7 +369,8 @@ def train(
     for step in range(steps):
         x = torch.linspace(-1.0, 1.0, ROWS * WIDTH).reshape(ROWS, WIDTH) + step
         x.requires_grad_()
-        loss = run(x).square().sum()
+        with forward_context():
+            loss = run(x).square().sum()
         _between_forward_and_backward()
         backward(loss)
         grads.append([x.grad.clone()] + [p.grad.clone() for b in blocks for p in b.parameters()])

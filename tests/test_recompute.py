@@ -18,7 +18,10 @@ import numpy as np
 import pytest
 import torch
 from recompute_harness import (
+    BACKWARD_DRAWERS,
+    BACKWARD_STREAMS,
     FLAVOURS,
+    INNER,
     WHOLE,
     Streams,
     interleaved,
@@ -54,6 +57,75 @@ def test_each_stream_alone_redraws(kinds: tuple[str, ...]) -> None:
     """One stream at a time, so that a failure names it (non-reentrant, reentrant)."""
     for flavour in ("non_reentrant", "reentrant"):
         assert mismatches(_oracle(kinds), train(flavour, kinds)) == [], flavour
+
+
+@pytest.mark.parametrize("flavour", ["reentrant", "non_reentrant", "composable"])
+def test_a_backward_that_draws_draws_as_without_checkpointing(flavour: str) -> None:
+    """Gradient noise, stochastic rounding: a custom Function's backward or a tensor hook
+    drawing through a stream the block's forward draws from too. A reentrant checkpoint runs
+    the block's backward inside its own backward, after the recomputation: that is no
+    recomputation, and must neither replay the forward's draws nor be refused."""
+    failed = {}
+    for drawer, stream in itertools.product(BACKWARD_DRAWERS, BACKWARD_STREAMS):
+        kinds = (stream, f"{drawer}:{stream}")
+        try:
+            found = mismatches(_oracle(kinds), train(flavour, kinds))
+        except hwrng.RecomputationError as error:
+            found = [f"refused: {error}"]
+        if found:
+            failed[f"{drawer}:{stream}"] = found
+    assert failed == {}
+
+
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")  # nested reentrant
+@pytest.mark.parametrize("flavour", ["reentrant", "non_reentrant", "composable"])
+@pytest.mark.parametrize("inner", ["nested", "nested_reentrant"])
+def test_a_backward_that_draws_in_a_nested_checkpoint_draws_as_without_checkpointing(
+    flavour: str, inner: str
+) -> None:
+    """The same backward draws in a block checkpointed again inside the checkpointed one."""
+    failed = {}
+    for drawer, stream in itertools.product(BACKWARD_DRAWERS, BACKWARD_STREAMS):
+        kinds = (stream, f"{drawer}:{stream}")
+        try:
+            found = mismatches(_oracle(kinds), train(flavour, kinds, inner=inner))
+        except hwrng.RecomputationError as error:
+            found = [f"refused: {error}"]
+        if found:
+            failed[f"{drawer}:{stream}"] = found
+    assert failed == {}
+
+
+@pytest.mark.parametrize("flavour", ["composable", "non_reentrant"])
+@pytest.mark.parametrize("inner", INNER)
+def test_a_block_that_pushes_saved_tensor_hooks_redraws_under(flavour: str, inner: str) -> None:
+    """The block's random part under saved-tensor hooks of its own -- a nested checkpoint,
+    save_on_cpu, torch's offload_wrapper -- that hide the checkpoint's hooks: the composable
+    checkpoint(module) still finds its forward's contexts."""
+    kinds = kinds_for(flavour)
+    assert mismatches(_oracle(kinds), train(flavour, kinds, inner=inner)) == []
+
+
+@pytest.mark.parametrize(
+    "flavour",
+    [
+        "no_preserve",
+        "wrapper_no_preserve",
+        "reentrant_no_preserve",
+        "composable_no_preserve",
+        "non_reentrant",
+        "reentrant",
+    ],
+)
+def test_a_forward_inside_fork_rng_redraws(flavour: str) -> None:
+    """Each step's forward inside hwrng.fork_rng(): it leaves torch's generator where the
+    forward found it, so without preserve_rng_state the generator stands, at a region's
+    recomputation, where it stood at that region's forward -- and yet torch rewound nothing,
+    and the region must leave it as it found it."""
+    kinds = kinds_for(flavour)
+    forked = functools.partial(hwrng.fork_rng, platform="cpu")
+    plain = train("plain", kinds, forward_context=forked)
+    assert mismatches(plain, train(flavour, kinds, forward_context=forked)) == []
 
 
 @pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")  # the graph breaks
@@ -304,6 +376,111 @@ def test_the_reader_tells_a_forward_from_its_recomputation(flavour: str) -> None
     seen.clear()
     Probe()(torch.ones(2, 4, requires_grad=True)).sum().backward()
     assert seen == [None]
+
+
+class _Seen(torch.autograd.Function):
+    """The identity, whose backward notes where hwrng's reader says it runs."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, seen: list[Any]) -> torch.Tensor:
+        ctx.seen = seen
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        from hwrng._recompute._torch_frames import enclosing
+
+        ctx.seen.append(("function", enclosing()))
+        return grad, None
+
+
+@pytest.mark.parametrize(
+    "flavour", ["reentrant", "wrapper_reentrant", "non_reentrant", "selective", "composable"]
+)
+def test_the_reader_tells_a_blocks_backward_from_its_recomputation(flavour: str) -> None:
+    """A custom Function's backward and a tensor hook of a checkpointed block run in no
+    checkpoint (a reentrant checkpoint runs them inside its own backward, after the
+    recomputation): read from torch's frames, no generator involved."""
+    from recompute_harness import wrap
+
+    from hwrng._recompute._torch_frames import enclosing
+
+    seen: list[Any] = []
+
+    class Probe(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(("forward", enclosing()))
+            h = _Seen.apply(torch.tanh(self.lin(x)), seen)
+            if h.requires_grad:  # not in a reentrant forward, which runs without grad
+                h.register_hook(lambda grad: seen.append(("hook", enclosing())))
+            return torch.tanh(h)
+
+    wrap(flavour, Probe())(torch.ones(2, 4, requires_grad=True)).sum().backward()
+    where = dict.fromkeys(("function", "hook"), "not run")
+    for name, found in seen:
+        if name != "forward":
+            where[name] = "none" if found is None else "in a checkpoint"
+    forward, recomputation = (found for name, found in seen if name == "forward")
+    assert forward is not None and forward.replaying is None
+    assert recomputation is not None and recomputation.replaying is not None
+    assert where == {"function": "none", "hook": "none"}
+
+
+@pytest.mark.parametrize(
+    ("flavour", "preserved"),
+    [
+        ("reentrant", True),
+        ("non_reentrant", True),
+        ("composable", True),
+        ("reentrant_no_preserve", False),
+        ("no_preserve", False),
+        ("wrapper_no_preserve", False),
+        ("composable_no_preserve", False),
+    ],
+)
+def test_the_reader_reads_what_torch_rewound(flavour: str, preserved: bool) -> None:
+    """torch's own record of a checkpoint says which generators it rewound: its CPU generator
+    unless preserve_rng_state=False, never a user's generator."""
+    from recompute_harness import wrap
+
+    from hwrng._recompute._rewound import rewound
+    from hwrng._recompute._torch_frames import enclosing
+
+    cpu = hwrng.get_platform("cpu")
+    user = torch.Generator()
+    read: list[tuple[bool, bool, bool]] = []
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        found = enclosing()
+        if found is not None and found.replaying is not None:
+            torch_rewound = rewound(found.replaying.owner)
+            covers = torch_rewound.covers
+            read.append(
+                (torch_rewound.preserved, covers(torch.default_generator, cpu), covers(user, cpu))
+            )
+        return torch.tanh(x * 2)
+
+    class Module(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return block(x)
+
+    wrap(flavour, Module())(torch.ones(2, 4, requires_grad=True)).sum().backward()
+    assert read == [(preserved, preserved, False)]
+
+
+def test_an_unreadable_record_of_what_torch_rewound_is_refused() -> None:
+    """A checkpoint object without torch's record (another torch's): refused, never guessed."""
+    from types import SimpleNamespace
+
+    from hwrng._recompute._rewound import rewound
+
+    for owner in (object(), SimpleNamespace(recompute_fn=lambda: None)):
+        with pytest.raises(hwrng.RecomputationError, match="no readable record"):
+            rewound(owner)
 
 
 LOCAL_TENSOR_SCRIPT = """

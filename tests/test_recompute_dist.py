@@ -40,6 +40,37 @@ def test_dtensor_dropout_redraws_without_torch_rewinding(
     assert pool.run(checks.oracle, flavour, kinds) == [[], []]
 
 
+@pytest.mark.parametrize("flavour", ["reentrant", "non_reentrant", "composable"])
+def test_dtensor_ops_in_a_backward_draw_as_without_checkpointing(
+    pool: DistributedPool, flavour: str
+) -> None:
+    """A DTensor dropout in a custom Function's backward and in a tensor hook (gradient
+    noise), beside one in the forward: the block's backward, which a reentrant checkpoint
+    runs inside its own, is no recomputation."""
+    kinds = ["dtensor", "function:dtensor", "hook:dtensor"]
+    assert pool.run(checks.oracle, flavour, kinds) == [[], []]
+
+
+@pytest.mark.parametrize("inner", ["nested", "save_on_cpu"])
+def test_composable_checkpoint_redraws_dtensor_dropout_under_the_blocks_own_hooks(
+    pool: DistributedPool, inner: str
+) -> None:
+    """The composable checkpoint(module) over a block whose random part pushes saved-tensor
+    hooks of its own (a nested checkpoint, save_on_cpu): every stream, DTensor's included."""
+    assert pool.run(checks.oracle, "composable", EVERY_STREAM, inner=inner) == [[], []]
+
+
+@pytest.mark.parametrize("flavour", ["no_preserve", "wrapper_no_preserve"])
+def test_dtensor_dropout_redraws_in_a_forward_inside_fork_rng(
+    pool: DistributedPool, flavour: str
+) -> None:
+    """preserve_rng_state=False (torchtitan's apply_ac), each forward inside hwrng.fork_rng():
+    at a recomputed op the generator stands where the forward's op found it, though torch
+    rewound nothing; the backward must leave it there."""
+    kinds = [kind for kind in EVERY_STREAM if kind != "default"]
+    assert pool.run(checks.oracle, flavour, kinds, forked=True) == [[], []]
+
+
 def test_interleaved_microbatches_redraw_dtensor_dropout(pool: DistributedPool) -> None:
     """1F1B order: microbatch k recomputed after the forwards of k+1 and k+2."""
     assert pool.run(checks.oracle, "non_reentrant", EVERY_STREAM, "interleaved") == [[], []]

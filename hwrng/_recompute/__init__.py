@@ -7,7 +7,9 @@ tracked region, Python's ``random`` and NumPy under :func:`~hwrng.isolate_rng`.
 So every hwrng context that starts a stream segment asks :func:`site` where it
 runs:
 
-* outside any checkpointed forward and recomputation: nothing more to do;
+* outside any checkpointed forward and recomputation -- the block's own
+  backward included (a tensor hook, a custom Function's backward), which a
+  reentrant checkpoint runs inside its own backward: nothing more to do;
 * in a checkpointed forward: it records where its streams start, in the
   journal of each checkpoint it runs in (``hwrng._recompute._journal``);
 * in a recomputation: it starts from the forward's record instead of the
@@ -23,12 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hwrng._recompute._journal import Entry, Journal, journal_of
+from hwrng._recompute._rewound import rewound
 from hwrng._recompute._torch_frames import Enclosing, enclosing, unsupported_reason
+
+if TYPE_CHECKING:
+    from hwrng._platform import Platform
 
 __all__ = ["Site", "quietly", "site", "unsupported_reason"]
 
@@ -70,6 +76,22 @@ class Site:
         start = journal.replay(run).take(kind, key)
         self.record(kind, key, start)
         return start
+
+    def rewinds(self, generator: torch.Generator, platform: Platform) -> bool:
+        """Whether torch put ``generator`` back to its forward state for this recomputation.
+
+        torch rewinds its CPU generator and the default generators of the
+        checkpoint's input devices, unless ``preserve_rng_state=False``; read
+        from torch's record, never from the generator's state (a forward run
+        inside ``fork_rng`` leaves the state as the forward found it).
+
+        Raises
+        ------
+        RecomputationError
+            If torch's record of what it rewound cannot be read.
+        """
+        assert self._enclosing.replaying is not None
+        return rewound(self._enclosing.replaying.owner).covers(generator, platform)
 
 
 def site() -> Site | None:

@@ -447,6 +447,11 @@ class _Recorder:
         return lambda *args, **kwargs: self.launches.append((args, kwargs))
 
 
+def _limit(x: float) -> int:
+    """A Bernoulli threshold from ``x`` in [-1, 3.5]: 0 to 2**32, on both sides of 2**31."""
+    return round((x + 1.0) / 4.5 * 2**32)
+
+
 def test_one_compilation_serves_every_seed_position_and_parameter(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -467,9 +472,8 @@ def test_one_compilation_serves_every_seed_position_and_parameter(
             fused._NORMAL32, s, p, shard, dtype=torch.float32, device=cpu, a=x, b=-x
         ),
         "bernoulli": lambda s, p, x: fused._launch(
-            fused._BERNOULLI, s, p, shard, dtype=torch.bool, device=cpu,
-            threshold=round((x + 1.0) / 4.5 * 2**32),
-        ),  # fmt: skip
+            fused._BERNOULLI, s, p, shard, dtype=torch.bool, device=cpu, threshold=_limit(x)
+        ),
     }
     for name, launch in launches.items():
         recorder.launches.clear()

@@ -118,7 +118,7 @@ INSTALL = Step(
     "pytest, setuptools and wheel from the wheelhouse --prepare made (.wheelhouse), then "
     "hwrng, hwrng-cuda and hwrng-conformance from the checkout, editable: offline, "
     "into the running Python",
-    20,
+    30,
     (),
     lambda context, step_dir: [f"{_PROBES}/install.py"],
     outcomes.from_probe,
@@ -151,7 +151,7 @@ STEPS: tuple[Step, ...] = (
         "the CUDA backend's tests and the fused kernel's GPU tests (backends/cuda/tests, "
         "tests/test_philox_triton.py; the graph tests are the graph step's; the Triton "
         "interpreter test is CI's CPU stand-in for this GPU and is left out)",
-        60,
+        55,
         ("pytest", "hwrng_cuda"),
         lambda context, step_dir: [
             *_PYTEST,
@@ -167,7 +167,7 @@ STEPS: tuple[Step, ...] = (
         "CUDA-graph capture and replay of forks and regions, a seed change during capture "
         "refused, and the graph-state registration gate (backends/cuda/tests/test_cuda.py, "
         "tests/test_graph_states.py)",
-        30,
+        25,
         ("pytest", "hwrng_cuda"),
         lambda context, step_dir: [
             *_PYTEST,
@@ -191,7 +191,7 @@ STEPS: tuple[Step, ...] = (
         "check",
         "hwrng check --backend cuda --nproc 1: seeding, DTensor ops, a tensor-parallel "
         "model's initialisation and dropout, and hwrng.verify on one rank",
-        35,
+        30,
         (),
         lambda context, step_dir: [
             "-m",
@@ -210,7 +210,7 @@ STEPS: tuple[Step, ...] = (
         "hwrng.invariant's ops on a 1-rank mesh: compiled values equal eager's, bit for bit; "
         "DTensor invariant mode refuses compiled code, and torch 2.10 and 2.11's inductor "
         "is refused when the graph runs, both as docs/cuda-graphs-compile.md documents",
-        60,
+        65,
         (),
         _probe("probe_compile.py"),
         outcomes.from_probe,

@@ -2,11 +2,12 @@
 
 hwrng reaches into parts of torch that differ between releases, and refuses by
 feature what a supported torch lacks (docs/architecture.md). Below the floor
-whole modules are missing, so an import would stop at whichever came first --
-on torch 2.9, ``No module named 'torch._library.effects'`` -- without saying
-why. :func:`require_supported_torch` runs first and names the floor, the
-installed torch and the fix instead (``TorchVersionError``, an
-``ImportError``).
+whole modules are missing, so hwrng would stop wherever it first reached for
+one -- on torch 2.9, ``No module named 'torch._library.effects'``, raised by
+``import hwrng`` while it imported the DTensor adapter eagerly, and by the
+first DTensor op or ``hwrng.verify`` since -- without saying why.
+:func:`require_supported_torch` runs first and names the floor, the installed
+torch and the fix instead (``TorchVersionError``, an ``ImportError``).
 
 The floor is ``pyproject.toml``'s ``torch>=`` requirement; pip enforces it on
 an ordinary install, but not where hwrng was installed with ``--no-deps`` or

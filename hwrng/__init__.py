@@ -19,6 +19,11 @@ are distributions of their own (``hwrng-cuda``, ``hwrng-npu``,
 
 from __future__ import annotations
 
+# First: a torch below hwrng's floor is refused by name (TorchVersionError, an ImportError)
+# before any module below reaches for a part of torch that such a torch lacks.
+from hwrng import _torch_floor  # noqa: F401  (it checks when imported)
+
+# isort: split
 from typing import TYPE_CHECKING
 
 from hwrng._counters import PhiloxCounter

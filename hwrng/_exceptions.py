@@ -20,6 +20,7 @@ Python user would already catch, so ``except ValueError`` keeps working::
     ├── CheckpointError        (ValueError)   a saved RNG state that cannot be restored here
     ├── VerificationError      (RuntimeError) hwrng.verify found streams breaking the plan
     ├── DTensorHookError       (RuntimeError) torch's DTensor hook is not the one hwrng fits
+    ├── TorchVersionError      (ImportError)  torch below hwrng's floor, met by ``import hwrng``
     └── BackendError                          choosing a backend failed
         ├── BackendNotFoundError    (LookupError)
         ├── BackendUnavailableError (RuntimeError)
@@ -59,6 +60,7 @@ __all__ = [
     "MeshError",
     "NestingError",
     "RecomputationError",
+    "TorchVersionError",
     "TrackerError",
     "UnknownStateError",
     "VerificationError",
@@ -186,6 +188,13 @@ class VerificationError(HwrngError, RuntimeError):
 
 class DTensorHookError(HwrngError, RuntimeError):
     """The installed torch's DTensor RNG hook is not the one hwrng's adapter fits."""
+
+
+class TorchVersionError(HwrngError, ImportError):
+    """The installed torch is older than hwrng's floor: ``import hwrng`` stops with it.
+
+    An :class:`ImportError`, as any failed import: hwrng is not usable on that torch.
+    """
 
 
 class BackendError(HwrngError):

@@ -1,18 +1,24 @@
 """The GPU acceptance run (benchmarks/gpu_acceptance.py) on a machine without a GPU.
 
 Its steps, budgets and refusal; a step that hangs (its whole process group
-stopped), crashes or needs a missing module gets its verdict and the run goes
-on; the verdicts read from real outputs (those of the H200 run of 2026-11-26
-among them); the report and the goals' verdicts; a rehearsal of three steps end
-to end; and the README citing the newest report or saying there is none.
+stopped, its output so far kept), crashes or needs a missing module gets its
+verdict and the run goes on; the verdicts read from real outputs (those of the
+H200 run of 2026-11-26 among them), the documented compile refusal judged by
+the torch, the contract's parts; the install step, the wheelhouse and the
+commit recorded for a copy without ``.git``; where the report goes; the report
+(also while the run goes on) and the goals' verdicts; a rehearsal of three
+steps end to end; and the README citing the newest report or saying there is
+none.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,9 +34,21 @@ BENCHMARKS = ROOT / "benchmarks"
 SCRIPT = BENCHMARKS / "gpu_acceptance.py"
 sys.path.insert(0, str(BENCHMARKS))
 
-from acceptance import goals, outcomes, report, runner, steps  # noqa: E402
+from acceptance import (  # noqa: E402
+    documented,
+    goals,
+    install,
+    outcomes,
+    probe_contract,
+    provenance,
+    report,
+    runner,
+    steps,
+    wheelhouse,
+)
 from acceptance._figures import FIGURES_ENV  # noqa: E402
 from acceptance.bandwidth import reference_bandwidth  # noqa: E402
+from gpu_acceptance import out_folder  # noqa: E402
 
 NO_GPU = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
 
@@ -62,11 +80,33 @@ def test_dry_run_lists_every_step_with_its_budget_within_eight_minutes() -> None
     assert "hwrng check --backend cuda --nproc 1" in done.stdout
 
 
+def test_install_comes_first_with_install_and_every_budget_still_fits() -> None:
+    done = _script("--dry-run", "--install")
+    assert done.returncode == 0, done.stderr
+    listed = re.findall(r"^(\S+)\s+(\d+) s  python3 ", done.stdout, re.MULTILINE)
+    assert [name for name, _ in listed] == ["install", *(step.name for step in steps.STEPS)]
+    assert sum(int(budget) for _, budget in listed) <= steps.TOTAL_BUDGET_S
+    assert "python3 benchmarks/acceptance/install.py" in done.stdout
+
+
+def test_the_help_gives_the_device_command_and_the_carry_list() -> None:
+    done = _script("--help")
+    assert done.returncode == 0
+    assert f"command:   {wheelhouse.DEVICE_COMMAND}" in done.stdout
+    assert "carry:     ['.wheelhouse']" in done.stdout
+    assert wheelhouse.DEVICE_COMMAND == (
+        'python3 benchmarks/gpu_acceptance.py --install --out "$OUT/gpu-acceptance"'
+    )
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert wheelhouse.DEVICE_COMMAND in page and '`[".wheelhouse"]`' in page
+
+
 def test_the_docs_list_every_step_with_its_budget() -> None:
     page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     section = page[page.index("## GPU acceptance") :]
     listed = re.findall(r"^\| `([\w-]+)` \| (\d+) s \|", section, re.MULTILINE)
-    assert listed == [(step.name, str(step.budget_s)) for step in steps.STEPS]
+    every = (steps.INSTALL, *steps.STEPS)
+    assert listed == [(step.name, str(step.budget_s)) for step in every]
     assert f"add up to {steps.TOTAL_BUDGET_S} s" in section
 
 
@@ -84,29 +124,28 @@ def test_an_unknown_step_or_a_missing_out_is_a_usage_error() -> None:
 
 def test_without_pytest_its_steps_are_not_run_and_say_why(tmp_path: Path) -> None:
     """As on a GPU image without pytest: those steps get their verdict, the run its report."""
-    code = (
-        "import runpy, sys\n"
-        "sys.modules['pytest'] = None  # as where pytest is not installed\n"
-        "sys.argv = ['gpu_acceptance.py', *sys.argv[1:]]\n"
-        f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
-    )
+    hidden = tmp_path / "site"
+    hidden.mkdir()
+    # every Python of the run (the runner, its module check, the steps) starts without pytest
+    (hidden / "sitecustomize.py").write_text("import sys\nsys.modules['pytest'] = None\n")
+    path = os.pathsep.join(p for p in (str(hidden), os.environ.get("PYTHONPATH")) if p)
 
     def run(*arguments: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-c", code, *arguments],
+            [sys.executable, str(SCRIPT), *arguments],
             capture_output=True,
             text=True,
             timeout=120,
-            env=NO_GPU,
+            env={**NO_GPU, "PYTHONPATH": path},
             check=False,
         )
 
     listed = run("--dry-run")
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.count("(pytest missing here: it would not run)") == 3
-    done = run("--rehearse", "--only", "graph", "conformance", "--out", str(tmp_path))
+    done = run("--rehearse", "--only", "graph", "conformance", "--out", str(tmp_path / "out"))
     assert done.returncode == 1, done.stderr
-    saved = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    saved = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     assert [(s["name"], s["verdict"], s["summary"]) for s in saved["steps"]] == [
         ("graph", "not run", "not run: pytest missing"),
         ("conformance", "not run", "not run: pytest missing"),
@@ -175,6 +214,8 @@ def test_a_hanging_step_is_stopped_at_its_budget_with_its_children(
     assert time.monotonic() - started < 15
     assert result.verdict == "timed out" and "budget of 3 s" in result.summary
     assert _all_gone(result.tail), "the step or its own child outlived it"
+    # what it printed before its budget ran out is kept, in the report and in steps.log
+    assert "pids" in result.summary and "pids" in (tmp_path / "steps.log").read_text()
 
 
 def test_ctrl_c_on_the_run_stops_the_running_step_and_its_children(tmp_path: Path) -> None:
@@ -189,7 +230,7 @@ hang = steps.Step("hang", "", 60, (), lambda c, d: ["-c", {HANGS_WITH_A_CHILD!r}
 runner.run_all([hang], steps.Context("cpu", True), Path({str(tmp_path)!r}), 60)
 """
     parent = subprocess.Popen([sys.executable, "-c", code], env=NO_GPU)
-    log = tmp_path / "steps" / "hang" / "output.log"
+    log = tmp_path / "steps.log"
     deadline = time.monotonic() + 60
     while not (log.exists() and "pids" in log.read_text()) and time.monotonic() < deadline:
         assert parent.poll() is None, "the run stopped before its step started"
@@ -421,7 +462,7 @@ def test_the_report_holds_the_machine_every_verdict_and_the_goals(tmp_path: Path
     results = [environment, conformance, bandwidth]
     judged = goals.judge(bandwidth, rehearsal=False)
     info = report.RunInfo(
-        "python3 benchmarks/gpu_acceptance.py --out X", "now", 312.5, 470, False, 1
+        "python3 benchmarks/gpu_acceptance.py --out X", "now", 312.5, 470, False, 1, 3
     )
     machine = report.machine(results, {"device": "unknown", "python": "3.12.3"})
     markdown, as_json = report.write(tmp_path, info, machine, results, judged)
@@ -459,12 +500,174 @@ def test_a_rehearsal_runs_the_cpu_analogues_and_says_so(tmp_path: Path) -> None:
     assert [(s["name"], s["verdict"]) for s in saved["steps"]] == [
         ("environment", "passed"), ("check", "passed"), ("bandwidth", "passed")]  # fmt: skip
     assert saved["steps"][1]["command"] == "python3 -m hwrng check --backend cpu --nproc 1"
-    assert saved["steps"][1]["budget_s"] == 2 * steps.select(["check"])[0].budget_s
+    scale = steps.REHEARSAL_BUDGET_SCALE
+    assert saved["steps"][1]["budget_s"] == scale * steps.select(["check"])[0].budget_s
     assert saved["machine"]["hwrng version"] == hwrng.__version__
     assert set(saved["steps"][2]["figures"]["ops"]) == {"uniform", "normal", "dropout"}
     assert {g["verdict"] for g in saved["goals"]} == {"unmeasured"}
     assert "**A rehearsal on the CPU: no GPU ran.**" in (out / "report.md").read_text("utf-8")
-    assert (out / "steps" / "check" / "output.log").read_text("utf-8").strip()
+    # three files, whatever the steps: a device machine returns at most 8
+    assert sorted(p.name for p in out.rglob("*")) == ["report.json", "report.md", "steps.log"]
+    log = (out / "steps.log").read_text("utf-8")
+    assert "==== check (budget" in log and "hwrng check: PASSED" in log
+
+
+# -- the compile step: what the docs document for the torch it runs on --------------------------
+
+RUN_REFUSED = (
+    "a compiled DTensor random op drew nothing from the generator hwrng positioned for it: the "
+    "compiled code drew its numbers elsewhere"
+)
+
+
+def test_the_documented_inductor_refusal_passes_on_the_torches_it_is_documented_for() -> None:
+    adapter, invariant = "DTensor ops, hwrng adapter", "DTensor ops, invariant mode"
+    for version in ("2.10.0", "2.11.0+cu130"):
+        assert documented.compile_refusal(adapter, RUN_REFUSED, version)
+    for version in ("2.12.1+cu130", "2.13.0+cpu", "2.15.0"):  # eager's values are documented
+        assert not documented.compile_refusal(adapter, RUN_REFUSED, version)
+    other = "aten.native_dropout.default: hwrng's invariant mode does not run under torch.compile"
+    assert documented.compile_refusal(invariant, other, "2.13.0")
+    assert not documented.compile_refusal(adapter, other, "2.11.0")
+    assert not documented.compile_refusal(invariant, RUN_REFUSED, "2.11.0")
+
+
+def test_the_refusal_judged_is_the_one_hwrng_raises_and_the_docs_document() -> None:
+    tracker = ast.parse((ROOT / "hwrng" / "dtensor" / "_tracker.py").read_text("utf-8"))
+    messages = [n.value for n in ast.walk(tracker) if isinstance(n, ast.Constant)]
+    assert any(documented.RUN_REFUSAL in str(m) for m in messages), "hwrng says it otherwise"
+    page = (ROOT / "docs" / "cuda-graphs-compile.md").read_text(encoding="utf-8")
+    row = next(line for line in page.splitlines() if line.startswith("| `inductor`, `fallback"))
+    torches = ", ".join(f"{major}.{minor}" for major, minor in documented.RUN_REFUSAL_TORCHES)
+    assert f"torch {torches}: refused when the graph runs" in row
+
+
+# -- the contract step's parts ---------------------------------------------------------------
+
+
+def test_the_contract_verdict_lets_a_rehearsal_pass_without_what_needs_a_gpu() -> None:
+    held = ("held", "known answers on cpu, int32 positions: 0 wrong []")
+    no_gpu = ("not run", probe_contract.NEEDS_CUDA)
+    parts = {"known-answers-int32": held, "gpu-equals-cpu": no_gpu}
+    assert probe_contract.verdict(parts, [], rehearsal=True) == "passed"
+    assert probe_contract.verdict(parts, [], rehearsal=False) == "partial"
+    no_triton = {**parts, "ptx": ("not run", "triton missing")}
+    assert probe_contract.verdict(no_triton, [], rehearsal=True) == "partial"
+    failed = {**parts, "ptx": ("FAILED", "AssertionError")}
+    assert probe_contract.verdict(failed, [], rehearsal=True) == "failed"
+    assert probe_contract.verdict(parts, ["normal_ float16: values differ"], True) == "failed"
+
+
+def test_a_contract_part_runs_in_a_process_of_its_own_and_says_why_it_did_not_run() -> None:
+    part = probe_contract.Part("gpu-equals-cpu", "cpu")
+    assert part.result() == ("not run", probe_contract.NEEDS_CUDA)
+    assert part.process.returncode == 3
+
+
+# -- the install step, the wheelhouse, the commit ----------------------------------------------
+
+
+def test_the_install_step_without_a_wheelhouse_fails_naming_prepare(tmp_path: Path) -> None:
+    figures = tmp_path / "figures.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "acceptance" / "install.py"),
+         "--wheelhouse", str(tmp_path / "none")],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**NO_GPU, FIGURES_ENV: str(figures)},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    saved = json.loads(figures.read_text(encoding="utf-8"))
+    assert saved["verdict"] == "failed"
+    assert "no wheelhouse at" in saved["summary"] and "--prepare" in saved["summary"]
+    assert "$" not in done.stdout  # no pip command ran
+
+
+def test_the_install_step_would_not_replace_hwrng_installed_from_elsewhere(
+    tmp_path: Path,
+) -> None:
+    import importlib.metadata
+
+    elsewhere = install.installed_elsewhere(tmp_path)  # this Python's hwrng is not from there
+    assert any(e.startswith(f"hwrng {importlib.metadata.version('hwrng')} (") for e in elsewhere)
+    pip = install.commands(tmp_path, tmp_path / "wh")
+    assert all("--no-index" in command for command in pip)
+    assert pip[0][-2:] == ["-r", str(tmp_path / "wh" / wheelhouse.REQUIREMENTS_FILE)]
+    assert pip[1][-6:] == ["-e", str(tmp_path / "."), "-e", str(tmp_path / "backends/cuda"),
+                           "-e", str(tmp_path / "conformance")]  # fmt: skip
+
+
+def test_the_wheelhouse_takes_pure_python_wheels_only() -> None:
+    pure = ["pytest-9.2.0-py3-none-any.whl", "six-1.17.0-py2.py3-none-any.whl",
+            "setuptools-81.0.0-1-py3-none-any.whl"]  # fmt: skip
+    compiled = ["tomli-2.2.1-cp311-cp311-manylinux_2_17_x86_64.whl",
+                "numpy-2.4.6-cp312-abi3-manylinux_2_28_x86_64.whl",
+                "thing-1.0-cp312-none-any.whl", "notes.txt"]  # fmt: skip
+    assert wheelhouse.not_pure(pure + compiled) == compiled
+    assert "setuptools>=70.1,<82" in wheelhouse.REQUIREMENTS  # torch 2.11 requires < 82
+
+
+def _git(root: Path, *arguments: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t.invalid",
+         *arguments], check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def test_a_copy_without_git_reports_the_commit_recorded_and_whether_it_is_that_tree(
+    tmp_path: Path,
+) -> None:
+    checkout, copy = tmp_path / "checkout", tmp_path / "copy"
+    (checkout / "pkg").mkdir(parents=True)
+    (checkout / "pkg" / "a.py").write_text("a = 1\n")
+    (checkout / "b.txt").write_text("b\n")
+    (checkout / ".gitignore").write_text(".wheelhouse/\n")
+    _git(checkout, "init", "-q")
+    _git(checkout, "add", ".")
+    _git(checkout, "commit", "-q", "-m", "one")
+    (checkout / "new.txt").write_text("untracked, not ignored: it travels\n")
+    (checkout / ".wheelhouse").mkdir()
+    saved = provenance.write(checkout, checkout / ".wheelhouse")
+    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    assert saved["commit"] == head and saved["uncommitted changes"] is False
+    assert sorted(saved["files"]) == [".gitignore", "b.txt", "new.txt", "pkg/a.py"]
+    assert provenance.commit(checkout, checkout / ".wheelhouse", {}) == head  # git knows
+    shutil.copytree(checkout, copy, ignore=shutil.ignore_patterns(".git"))
+    said = provenance.commit(copy, copy / ".wheelhouse", {})
+    assert said.startswith(f"{head} (recorded by --prepare, ")
+    assert said.endswith("this tree is the one recorded)")
+    (copy / "pkg" / "a.py").write_text("a = 2\n")
+    assert "1 file(s) of this tree differ from it: pkg/a.py" in provenance.commit(
+        copy, copy / ".wheelhouse", {}
+    )
+    assert provenance.commit(copy, copy / ".wheelhouse", {"HWRNG_COMMIT": "abc"}) == (
+        "abc (from HWRNG_COMMIT)"
+    )
+    assert provenance.commit(copy, copy / "none", {}).startswith("unknown (no .git")
+
+
+# -- where the report goes, and a report written while the run goes on -------------------------
+
+
+def test_the_report_goes_under_out_by_default_and_elsewhere_with_a_warning(tmp_path: Path) -> None:
+    home = {"OUT": str(tmp_path)}
+    assert out_folder(None, home) == (tmp_path / "gpu-acceptance", None)
+    assert out_folder(None, {}) == (None, None)
+    assert out_folder(tmp_path / "mine", home) == (tmp_path / "mine", None)
+    given, warning = out_folder(Path("/elsewhere"), home)
+    assert given == Path("/elsewhere") and warning is not None
+    assert "not under $OUT" in warning and "--out $OUT/gpu-acceptance" in warning
+    assert out_folder(Path("/elsewhere"), {}) == (Path("/elsewhere"), None)
+
+
+def test_a_report_written_before_the_last_step_says_the_run_is_incomplete(tmp_path: Path) -> None:
+    done = runner.StepResult("environment", "the machine", "python3 e", 15, "passed", "ok")
+    info = report.RunInfo("python3 benchmarks/gpu_acceptance.py", "now", 20.0, 470, False, None, 9)
+    text = report.markdown(info, {"device": "NVIDIA H200"}, [done], [])
+    assert "Result: **INCOMPLETE** -- 1 of 1 steps passed" in text
+    assert "after 1 of 9 steps" in text
+    saved = report.document(info, {}, [done], [])
+    assert saved["complete"] is False and saved["passed"] is False
 
 
 # -- the README and the newest report -----------------------------------------------------------

@@ -1,7 +1,9 @@
 """The environment step: the device, driver, CUDA, torch, Triton, pytest and hwrng's distributions.
 
 Passes when hwrng imports and its platform for ``--device`` is available;
-its figures head the report.
+its figures head the report. The commit is git's where the tree has its
+``.git``, else ``HWRNG_COMMIT``, else the record ``--prepare`` left in the
+wheelhouse, checked against the tree (:mod:`acceptance.provenance`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from acceptance import provenance
 from acceptance._figures import run_probe
+from acceptance.wheelhouse import WHEELHOUSE
 
 ROOT = Path(__file__).resolve().parents[2]
 DISTRIBUTIONS = (
@@ -31,6 +35,7 @@ DISTRIBUTIONS = (
     "packaging",
     "pytest",
     "hypothesis",
+    "setuptools",
     "hwrng",
     "hwrng-cuda",
     "hwrng-conformance",
@@ -63,16 +68,6 @@ def _run(command: list[str]) -> str:
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"unknown ({type(error).__name__})"
     return done.stdout.strip() if done.returncode == 0 else "unknown"
-
-
-def commit() -> str:
-    """The checkout's commit, ``+ changes`` when its files differ; else ``$HWRNG_COMMIT``."""
-    if shutil.which("git") and (ROOT / ".git").exists():
-        head = _run(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
-        changed = _run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
-        if not head.startswith("unknown"):
-            return head + (" + uncommitted changes" if changed else "")
-    return os.environ.get("HWRNG_COMMIT", "unknown (no git checkout; set HWRNG_COMMIT)")
 
 
 def _cpu() -> str:
@@ -120,7 +115,7 @@ def main() -> tuple[str, str, dict[str, Any]]:
         "cpu": _cpu(),
         "load average (1, 5, 15 min)": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
         "python": platform.python_version(),
-        "hwrng commit": commit(),
+        "hwrng commit": provenance.commit(ROOT, ROOT / WHEELHOUSE, dict(os.environ)),
         "hwrng's torch floor": _torch_floor(),
         **{f"{name} version": _version(name) for name in DISTRIBUTIONS},
     }

@@ -2,7 +2,8 @@
 
 The JSON holds everything (each step's figures and the tail of its output);
 the Markdown is the same for reading, meant to be committed under
-``benchmarks/results/`` beside it.
+``benchmarks/results/`` beside it. Both are written after every step, so a run
+stopped from outside leaves a report that says how far it got.
 """
 
 from __future__ import annotations
@@ -36,20 +37,32 @@ HEADER = (
     ("hwrng-conformance", ("hwrng-conformance version",)),
     ("pytest", ("pytest version",)),
     ("hypothesis", ("hypothesis version",)),
+    ("setuptools", ("setuptools version",)),
     ("date", ("date",)),
 )
 
 
 @dataclass(frozen=True)
 class RunInfo:
-    """How the run was made: its command, start, length and result."""
+    """How the run was made: its command, start, length, steps and result.
+
+    ``exit_status`` is ``None`` while the run goes on (a report written after a
+    step, before the last).
+    """
 
     command: str
     started: str
     duration_s: float
     total_budget_s: float
     rehearsal: bool
-    exit_status: int
+    exit_status: int | None
+    planned: int
+
+    def result(self) -> str:
+        """The run's one-word result: PASSED, NOT PASSED or INCOMPLETE."""
+        if self.exit_status is None:
+            return "INCOMPLETE"
+        return "PASSED" if self.exit_status == 0 else "NOT PASSED"
 
 
 def machine(results: list[StepResult], fallback: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +84,8 @@ def document(
         "total_budget_s": info.total_budget_s,
         "exit_status": info.exit_status,
         "passed": info.exit_status == 0,
+        "complete": info.exit_status is not None,
+        "steps planned": info.planned,
         "machine": machine_figures,
         "steps": [r.as_dict() for r in results],
         "goals": [g.as_dict() for g in goals],
@@ -139,6 +154,19 @@ def _regions(step: StepResult) -> list[str]:
     return lines + _table(["group", "case", "median (us)", "ratio", "note"], rows)
 
 
+def _contract(step: StepResult) -> list[str]:
+    rows = [[name, p["status"], f"{p['seconds']:.1f}", p["found"]]
+            for name, p in step.figures["parts"].items()]  # fmt: skip
+    lines = [
+        "## Contract",
+        "",
+        "The parts of `benchmarks/cuda_kernel_check.py`, each in a process of its own, at once "
+        "(their time is mostly Triton compiling).",
+        "",
+    ]
+    return lines + _table(["part", "status", "time (s)", "found"], rows)
+
+
 def _compile(step: StepResult) -> list[str]:
     rows = [[name, r["outcome"], r["detail"]] for name, r in step.figures["cases"].items()]
     lines = [
@@ -161,14 +189,20 @@ def markdown(
     if info.rehearsal:
         lines += [
             "> **A rehearsal on the CPU: no GPU ran.** Every step ran its CPU analogue "
-            "(the CUDA tests skip, the probes measure the CPU), to prove the run's machinery; "
-            "nothing here is a figure or a verdict for CUDA.",
+            "(the CUDA tests skip, the probes measure the CPU; what needs a CUDA device is "
+            "said not run), to prove the run's machinery; nothing here is a figure or a "
+            "verdict for CUDA.",
             "",
         ]
+    stopped = (
+        f" The run stopped (or is still running) after {len(results)} of {info.planned} steps."
+        if info.exit_status is None
+        else ""
+    )
     lines += [
-        f"Result: **{'PASSED' if info.exit_status == 0 else 'NOT PASSED'}** -- {passed} of "
-        f"{len(results)} steps passed, in {info.duration_s:.0f} s (budget "
-        f"{info.total_budget_s:.0f} s). Command: `{info.command}`; started {info.started}.",
+        f"Result: **{info.result()}** -- {passed} of {len(results)} steps passed, in "
+        f"{info.duration_s:.0f} s (budget {info.total_budget_s:.0f} s).{stopped} Command: "
+        f"`{info.command}`; started {info.started}.",
         "",
     ]
     header = []
@@ -187,7 +221,12 @@ def markdown(
     )
     lines += ["## Goals", ""]
     lines += _table(["goal", "verdict", "figures"], [[g.goal, g.verdict, g.detail] for g in goals])
-    sections = {"bandwidth": _bandwidth, "regions": _regions, "compile": _compile}
+    sections = {
+        "contract": _contract,
+        "bandwidth": _bandwidth,
+        "regions": _regions,
+        "compile": _compile,
+    }
     for result in results:
         if result.name in sections and result.figures:
             lines += sections[result.name](result)

@@ -571,8 +571,10 @@ if triton is not None:
         return tl.minimum(tl.maximum(v, lo), hi)
 
     # The kernel's branches are compile-time (KIND, RUNS... are constexprs): each launch
-    # compiles one. (Parameters that change from call to call are not specialised, so one
-    # compilation serves them all.)
+    # compiles one. Parameters that change from call to call are not specialised and have
+    # a fixed type, so one compilation serves them all: Triton would otherwise pass a value
+    # below 2**31 as i32 and a larger one as i64, and compile again for a seed, position or
+    # parameter that crosses that line (the known answers alone compiled twice as many).
     @triton.jit(
         do_not_specialize=[
             "k0", "k1", "c2", "c3", "a_bits", "b_bits", "lo_bits", "hi_bits", "d_bits",
@@ -600,23 +602,23 @@ if triton is not None:
         ps2,
         ps3,
         total,
-        first,
+        first: tl.int64,
         length,
         per_run,
-        k0,
-        k1,
-        c2,
-        c3,
-        a_bits,
-        b_bits,
-        lo_bits,
-        hi_bits,
-        d_bits,
-        p0_bits,
-        upper_bits,
-        shift,
-        mirror,
-        threshold,
+        k0: tl.int64,
+        k1: tl.int64,
+        c2: tl.int64,
+        c3: tl.int64,
+        a_bits: tl.int64,
+        b_bits: tl.int64,
+        lo_bits: tl.int64,
+        hi_bits: tl.int64,
+        d_bits: tl.int64,
+        p0_bits: tl.int64,
+        upper_bits: tl.int64,
+        shift: tl.int32,
+        mirror: tl.int32,
+        threshold: tl.int64,
         KIND: tl.constexpr,
         BLOCK_SHIFT: tl.constexpr,
         SHIFT: tl.constexpr,

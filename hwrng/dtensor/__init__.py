@@ -29,7 +29,7 @@ runs) with the ``eager`` and ``aot_eager`` backends, and with inductor where
 ``torch._inductor.config.fallback_random`` is on: inductor's own random
 numbers would ignore hwrng's offsets and seeds, and are refused with
 :class:`~hwrng.DTensorHookError`. Where torch runs accelerator DTensor random ops through its
-``run_dtensor_rng_op`` operator (torch >= 2.13), hwrng's kernel of that operator
+``run_dtensor_rng_op`` operator (torch >= 2.12), hwrng's kernel of that operator
 is registered for the platform's :attr:`~hwrng.Platform.dispatch_key` (``CUDA``,
 ``XPU``, ``PrivateUse1``, ...). It also routes ``log_normal_``, ``exponential_``, ``geometric_``,
 ``cauchy_`` and ``random_`` (left out by torch: every shard drew the same

@@ -12,8 +12,8 @@ what the adapter changes besides the tracker itself:
   which torch does not treat as random ops (every shard drew the same numbers),
   get DTensor op handlers that run them in the tracked region;
 * torch's ``run_dtensor_rng_op`` -- how torch runs plain DTensor random ops on
-  an accelerator (2.13 and 2.14: CUDA; 2.15: ``torch.accelerator.current_accelerator()``;
-  torch 2.10 to 2.12 have no such operator and run every DTensor random op in
+  an accelerator (2.12 to 2.14: CUDA; 2.15: ``torch.accelerator.current_accelerator()``;
+  torch 2.10 and 2.11 have no such operator and run every DTensor random op in
   the tracker's region), asking the tracker only for offsets -- gets a kernel that draws through
   hwrng's region, with the seed common to the op's mesh, for the platform's
   dispatch key (:attr:`hwrng.Platform.dispatch_key`: ``CUDA``, ``XPU``,
@@ -42,8 +42,9 @@ __all__ = ["EXTRA_RANDOM_OPS", "MIN_TORCH", "Patches", "check", "kernel_key"]
 MIN_TORCH = (2, 9)
 
 #: The torch from which plain DTensor random ops on an accelerator run through
-#: ``run_dtensor_rng_op``, asking the tracker for ``_compute_rng_offsets`` (2.13: CUDA).
-RNG_OP_TORCH = (2, 13)
+#: ``run_dtensor_rng_op``, asking the tracker for ``_compute_rng_offsets`` (2.12: CUDA; read
+#: from the 2.12.0 and 2.12.1 wheels, 2.11 has neither).
+RNG_OP_TORCH = (2, 12)
 
 
 def _named(version: tuple[int, int]) -> str:
@@ -168,7 +169,7 @@ def _rng_op() -> Any:
 def kernel_key(platform: Platform) -> Any:
     """The ``torch._C.DispatchKey`` hwrng's ``run_dtensor_rng_op`` kernel is registered for.
 
-    Returns ``None`` on a torch without ``run_dtensor_rng_op`` (before 2.13), which
+    Returns ``None`` on a torch without ``run_dtensor_rng_op`` (before 2.12), which
     runs every DTensor random op in the tracker's region.
 
     Raises

@@ -141,10 +141,13 @@ class CounterView(abc.ABC):
         """
 
     def peek(self, generator: torch.Generator) -> tuple[int, int]:
-        """Return what :meth:`read` would, without changing the generator in any way.
+        """Return what :meth:`read` would, changing nothing: neither the generator nor the view.
 
         For native counters the two are the same; hwrng's own checks use this
-        one, so that a call refused after reading has changed nothing.
+        one, so that a call refused after reading has changed nothing, and a
+        call that only looks (``hwrng.verify``) leaves every later read as it
+        would have been without it. An emulated view that remembers positions
+        (:class:`~hwrng.MersenneCounter`) overrides it.
         """
         seed, offset, _ = self.locate(generator)
         return seed, offset
@@ -153,7 +156,9 @@ class CounterView(abc.ABC):
         """:meth:`peek`, and whether the generator already sits exactly at that position.
 
         ``False`` only for an emulated view whose generator has drawn since it
-        was positioned: :meth:`read` would move it there.
+        was positioned: :meth:`read` would move it there. A caller that then
+        positions the generator itself (a tracked region) reads through this:
+        an emulated view remembers what it answered, as :meth:`read` does.
         """
         seed, offset = self.read(generator)
         return seed, offset, True

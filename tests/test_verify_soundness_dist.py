@@ -222,3 +222,32 @@ def test_the_dtensor_stream_is_judged_by_what_each_mesh_draws_next(
     found = oracle.judge(every)
     assert found.ok == DTENSOR_CASES[case], "the case is what it says"
     assert (verdict[0], set(verdict[1])) == (found.ok, set(found.offenders)), results[0]["text"]
+
+
+# -- verify is read-only: a whole run draws the same with verify calls and without ---------
+
+
+def test_a_whole_run_draws_the_same_with_verify_calls_and_without(
+    pool4: DistributedPool, tmp_path: Any
+) -> None:
+    """Every stream (torch, random, NumPy, a named state, a preset's named states, the DTensor
+    stream), after every way of setting a state, each taken where verify looked first: the
+    numbers drawn with verify calls are those drawn without, and the sound job passes them."""
+    runs = {}
+    for verifying in (False, True):
+        directory = tmp_path / ("verifying" if verifying else "plain")
+        directory.mkdir()
+        runs[verifying] = pool4.run(checks.whole_run, verifying, str(directory))
+    for rank, (plain, verified) in enumerate(zip(runs[False], runs[True], strict=True)):
+        assert [label for label, _ in plain["drawn"]] == [label for label, _ in verified["drawn"]]
+        changed = [
+            label
+            for (label, alone), (_, beside) in zip(plain["drawn"], verified["drawn"], strict=True)
+            if alone != beside
+        ]
+        assert not changed, f"rank {rank}: verify changed what was drawn: {changed}"
+    verdicts = [(label, ok) for label, ok, _ in runs[True][0]["verdicts"]]
+    assert all([(v[0], v[1]) for v in r["verdicts"]] == verdicts for r in runs[True])
+    assert len(verdicts) == 18 and not runs[False][0]["verdicts"]
+    failed = [(label, text) for label, ok, text in runs[True][0]["verdicts"] if not ok]
+    assert not failed, failed

@@ -299,3 +299,21 @@ def whole_run(verifying: bool, directory: str) -> dict[str, Any]:
         presets.get_rng_tracker("cpu").reset()
         run.tracker = None
     return {"drawn": run.drawn, "verdicts": run.verdicts}
+
+
+def word_zero_marked(case: str) -> dict[str, Any]:
+    """Seed torch on dp=2 x tp=2 -- ``"sound"``: each tp rank its own seed; ``"mis-seeded"``:
+    one seed everywhere -- draw, then XOR a coordinate into the low 31 bits of word 0 of the
+    state, which no draw reads (sound: dp, so replicas differ only there; mis-seeded: tp, so
+    shards differ only there); verify torch's CPU stream sharded along tp; then draw."""
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    dp, tp = mesh.get_coordinate()  # type: ignore[misc]
+    torch.manual_seed(1000 + tp if case == "sound" else 1000)
+    torch.rand(5)
+    state = torch.get_rng_state()
+    word = int(state[24:28].view(torch.int32)) ^ (0x2A5A5 * (dp if case == "sound" else tp))
+    state[24:28] = torch.tensor(list(word.to_bytes(4, "little", signed=True)), dtype=torch.uint8)
+    torch.set_rng_state(state)
+    report = hwrng.verify(mesh, sharded_dims=["tp"], streams=["torch.cpu"], platform="cpu")
+    (verdict,) = report.streams
+    return {"verdict": (verdict.ok, sorted(verdict.ranks)), "draws": torch.rand(8).tolist()}

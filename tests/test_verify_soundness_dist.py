@@ -107,6 +107,22 @@ def test_seeds_that_differ_only_above_bit_32_are_judged_by_what_torch_draws(
     assert (ok, ranks) == ((False, [0, 1, 2, 3]) if bug == "high bits" else (True, []))
 
 
+@pytest.mark.parametrize("case", ["sound", "mis-seeded"])
+def test_bits_no_draw_reads_decide_no_verdict(pool4: DistributedPool, case: str) -> None:
+    """Low bits of word 0 of torch's Mersenne state never reach a draw: replicas that differ
+    only there pass, shards that differ only there fail, as the oracle of their draws says."""
+    results = pool4.run(checks.word_zero_marked, case)
+    verdict = results[0]["verdict"]
+    assert all(r["verdict"] == verdict for r in results), "one report everywhere"
+    every = [
+        [Observation(oracle.word(r["draws"]), oracle.word(tp), oracle.word(tp))]
+        for r, tp in zip(results, (0, 1, 0, 1), strict=True)
+    ]
+    found = oracle.judge(every)
+    assert found.ok == (case == "sound"), "the case is what it says"
+    assert (verdict[0], set(verdict[1])) == (found.ok, set(found.offenders))
+
+
 # -- presets, every option: verify agrees with the oracle of what ranks draw ---------------
 
 #: Along which dims each stream of a preset is meant to differ, as the trainers document it

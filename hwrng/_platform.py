@@ -490,11 +490,15 @@ class Platform(abc.ABC):
 
         The base digests a state of torch's CPU generator layout (5,056 bytes,
         as generators derived from torch's CPU generator keep) by
-        :func:`hwrng.mersenne_state_digest` -- torch keys that Mersenne Twister
-        with the low 32 bits of the stored 64-bit seed -- and any other state
-        whole (:func:`hwrng.whole_state_digest`), right for a Philox
-        ``(seed, offset)`` state. A platform whose state holds bytes that do not
-        change its draws overrides it.
+        :func:`hwrng.mersenne_state_digest` -- from the state that draws: the
+        words output before the next twist, the words that twist makes and a
+        valid cached normal sample, never the stored seed, word 0's low 31 bits
+        or other bytes no draw reads -- and any other state whole
+        (:func:`hwrng.whole_state_digest`), right for a Philox ``(seed,
+        offset)`` state. A platform whose state holds bytes that do not change
+        its draws overrides it; the conformance rule
+        ``state_digest_leaves_out_exactly_the_bits_no_draw_reads`` perturbs
+        states bit by bit and compares with the generator's own draws.
         """
         return default_state_digest(state)
 

@@ -24,7 +24,9 @@ torch's CPU generator is an mt19937 with no counter (``get_offset`` raises
   the generator's history rather than its bytes, ranks seeded differently that
   ran the same program read the same offset: DTensor ops on them stay in step.
 
-:meth:`MersenneCounter.peek` answers the same without moving the generator.
+:meth:`MersenneCounter.peek` answers the same without moving the generator or
+remembering anything: a look (``hwrng.verify``, a checkpoint's capture) leaves
+every later read as it would have been without it.
 """
 
 from __future__ import annotations
@@ -199,29 +201,59 @@ class MersenneCounter(CounterView):
             )
         return state.numpy().tobytes()
 
-    def locate(self, generator: torch.Generator) -> tuple[int, int, bool]:
-        """Return ``(seed, offset, settled)``: ``settled`` is False where reading must move it."""
+    def _find(self, generator: torch.Generator) -> tuple[int, int, bool, bytes | None]:
+        """``(seed, offset, settled, memo key)``, changing nothing.
+
+        The memo key is that of a state that has drawn since it was positioned
+        (not settled): a read remembers the position it gives it there (see
+        the module notes).
+        """
         raw = self._raw(generator)
         record = self._records.get(generator)
         written = None if record is None else record.written
         if written is not None and written[2] == raw:
-            return written[0], written[1], True
+            return written[0], written[1], True, None
         seed = generator.initial_seed() & U64
         offset = mersenne_offset(raw, seed)
         if offset is not None:
-            return seed, offset, True
+            return seed, offset, True, None
         if raw == _torch_seeded(seed):
-            return seed, 0, seed < 2**32
+            return seed, 0, seed < 2**32, None
         key = _digest(raw)
         remembered = self._memo.get(key)
         if remembered is None:
             remembered = self.anchor(generator, seed) + 4
-            self._memo[key] = remembered
-            while len(self._memo) > self.MEMO_SIZE:
-                self._memo.popitem(last=False)
-        else:
-            self._memo.move_to_end(key)
-        return seed, remembered, False
+        return seed, remembered, False, key
+
+    def _remember(self, key: bytes, offset: int) -> None:
+        self._memo[key] = offset
+        self._memo.move_to_end(key)
+        while len(self._memo) > self.MEMO_SIZE:
+            self._memo.popitem(last=False)
+
+    def peek(self, generator: torch.Generator) -> tuple[int, int]:
+        """Return what :meth:`read` would, changing nothing: not the generator, nor the memo.
+
+        A check that only looks (``hwrng.verify``, a checkpoint's capture, a
+        load's checks) must leave every later read as it would have been: a
+        position it remembered would stay tied to the state while the anchor
+        it came from moves on, and a later ``set_rng_state`` back to that state
+        would read another position than without the look.
+        """
+        seed, offset, _, _ = self._find(generator)
+        return seed, offset
+
+    def locate(self, generator: torch.Generator) -> tuple[int, int, bool]:
+        """Return ``(seed, offset, settled)``: ``settled`` is False where reading must move it.
+
+        This is a read that leaves moving the generator to the caller (a
+        tracked region positions it where its op draws): a position given to
+        a drawn state is remembered, as :meth:`read` remembers it.
+        """
+        seed, offset, settled, key = self._find(generator)
+        if key is not None:
+            self._remember(key, offset)
+        return seed, offset, settled
 
     def read(self, generator: torch.Generator) -> tuple[int, int]:
         """Return the ``(seed, offset)`` the generator draws from next, moving it there."""

@@ -141,10 +141,13 @@ class CounterView(abc.ABC):
         """
 
     def peek(self, generator: torch.Generator) -> tuple[int, int]:
-        """Return what :meth:`read` would, without changing the generator in any way.
+        """Return what :meth:`read` would, changing nothing: neither the generator nor the view.
 
         For native counters the two are the same; hwrng's own checks use this
-        one, so that a call refused after reading has changed nothing.
+        one, so that a call refused after reading has changed nothing, and a
+        call that only looks (``hwrng.verify``) leaves every later read as it
+        would have been without it. An emulated view that remembers positions
+        (:class:`~hwrng.MersenneCounter`) overrides it.
         """
         seed, offset, _ = self.locate(generator)
         return seed, offset
@@ -153,7 +156,9 @@ class CounterView(abc.ABC):
         """:meth:`peek`, and whether the generator already sits exactly at that position.
 
         ``False`` only for an emulated view whose generator has drawn since it
-        was positioned: :meth:`read` would move it there.
+        was positioned: :meth:`read` would move it there. A caller that then
+        positions the generator itself (a tracked region) reads through this:
+        an emulated view remembers what it answered, as :meth:`read` does.
         """
         seed, offset = self.read(generator)
         return seed, offset, True
@@ -485,11 +490,15 @@ class Platform(abc.ABC):
 
         The base digests a state of torch's CPU generator layout (5,056 bytes,
         as generators derived from torch's CPU generator keep) by
-        :func:`hwrng.mersenne_state_digest` -- torch keys that Mersenne Twister
-        with the low 32 bits of the stored 64-bit seed -- and any other state
-        whole (:func:`hwrng.whole_state_digest`), right for a Philox
-        ``(seed, offset)`` state. A platform whose state holds bytes that do not
-        change its draws overrides it.
+        :func:`hwrng.mersenne_state_digest` -- from the state that draws: the
+        words output before the next twist, the words that twist makes and a
+        valid cached normal sample, never the stored seed, word 0's low 31 bits
+        or other bytes no draw reads -- and any other state whole
+        (:func:`hwrng.whole_state_digest`), right for a Philox ``(seed,
+        offset)`` state. A platform whose state holds bytes that do not change
+        its draws overrides it; the conformance rule
+        ``state_digest_leaves_out_exactly_the_bits_no_draw_reads`` perturbs
+        states bit by bit and compares with the generator's own draws.
         """
         return default_state_digest(state)
 

@@ -213,3 +213,23 @@ def test_checks_read_a_cpu_generator_without_moving_it(cpu: hwrng.Platform) -> N
     position = cpu.counter.peek(torch.default_generator)
     assert torch.equal(torch.get_rng_state(), before), "peek never moves the generator"
     assert cpu.get_seed_offset(torch.default_generator) == position, "read agrees with peek"
+
+
+def test_a_peek_leaves_every_later_read_as_it_would_have_been() -> None:
+    """The oracle: the same steps on a counter and generator of their own that nobody peeks
+    at. A drawn state is looked at, the generator is re-positioned and moves on (its anchor
+    moves), then the state is put back and read."""
+
+    def steps(peeking: bool) -> tuple[tuple[int, int] | None, tuple[int, int]]:
+        counter, generator = hwrng.MersenneCounter(), torch.Generator()
+        counter.write(generator, 7, 0)
+        torch.rand(3, generator=generator)
+        drawn = generator.get_state()
+        looked = counter.peek(generator) if peeking else None
+        counter.write(generator, 7, 40)
+        generator.set_state(drawn)
+        return looked, counter.read(generator)
+
+    (looked, read), (_, alone) = steps(True), steps(False)
+    assert looked == (7, 4), "what a read there and then would have said"
+    assert read == alone == (7, 44), "a state never read reads past the anchor it finds"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import hwrng
@@ -111,6 +111,148 @@ def test_the_default_digest_takes_torchs_cpu_layout_and_any_other_state_whole() 
     assert default_state_digest(philox) != default_state_digest(other)
     with pytest.raises(hwrng.InvalidStateError):
         hwrng.mersenne_state_digest(philox)
+
+
+# -- perturbed CPU states: equal draws exactly when equal digests ---------------------------
+
+
+def _every_draw(state: torch.Tensor) -> list[bytes]:
+    """The oracle: what torch draws from ``state``, bit for bit.
+
+    First the cached double normal sample, exactly (``normal_`` with mean -0.0 keeps its sign
+    and every bit), then uniforms, small and large normals, and 1,400 integers, one 32-bit
+    output each: past the next twist from any position, so every word of the state that
+    reaches a draw reaches one of these.
+    """
+    generator = torch.Generator()
+    generator.set_state(state)
+    drawn = [
+        torch.empty(1, dtype=torch.float64).normal_(-0.0, 1.0, generator=generator),
+        torch.rand(32, generator=generator),
+        torch.randn(3, generator=generator),
+        torch.randn(3, generator=generator, dtype=torch.float64),
+        torch.randn(40, generator=generator),
+        torch.randint(0, 2**32 - 1, (1400,), generator=generator),
+    ]
+    return [values.numpy().tobytes() for values in drawn]
+
+
+#: Where a perturbation lands in torch's CPU state (aten's CPUGeneratorImplState layout) and
+#: how: flip a bit, or set a value. The float normal sample is left out: no torch op reads it
+#: (only ``at::normal_distribution<float>`` in C++), so draws cannot tell whether it counts.
+PERTURBATIONS = st.one_of(
+    st.tuples(st.just("seed"), st.just(0), st.integers(0, 63)),
+    st.tuples(st.just("left"), st.just(0), st.integers(1, 624)),
+    st.tuples(st.just("seeded"), st.just(0), st.integers(-(2**31), 2**31 - 1)),
+    st.tuples(st.just("next"), st.just(0), st.integers(0, 63)),
+    st.tuples(
+        st.just("word"),
+        st.one_of(st.sampled_from([0, 1, 226, 227, 396, 397, 623]), st.integers(0, 623)),
+        st.integers(0, 63),
+    ),
+    st.tuples(st.just("word 0"), st.just(0), st.integers(0, 31)),
+    st.tuples(st.just("normal"), st.sampled_from([0, 1, 2]), st.integers(0, 63)),
+    st.tuples(st.just("normal valid"), st.just(0), st.integers(0, 1)),
+    st.tuples(st.just("padding"), st.sampled_from([5044, 5047, 5053, 5055]), st.integers(0, 255)),
+)
+
+
+def _perturbed(state: torch.Tensor, changes: list[tuple[str, int, int]]) -> torch.Tensor:
+    raw = bytearray(state.numpy().tobytes())
+
+    def flip(at: int, bit: int) -> None:
+        raw[at + bit // 8] ^= 1 << (bit % 8)
+
+    for field, index, value in changes:
+        if field == "seed":
+            flip(0, value)
+        elif field == "left":
+            raw[8:12] = value.to_bytes(4, "little")
+        elif field == "seeded":
+            raw[12:16] = value.to_bytes(4, "little", signed=True)
+        elif field == "next":
+            flip(16, value)
+        elif field in ("word", "word 0"):
+            flip(24 + 8 * index, value)
+        elif field == "normal":
+            flip(5016 + 8 * index, value)
+        elif field == "normal valid":
+            raw[5040:5044] = value.to_bytes(4, "little")
+        else:
+            raw[index] = value
+    return torch.frombuffer(raw, dtype=torch.uint8).clone()
+
+
+def _draws_defined(state: torch.Tensor) -> bool:
+    """Whether torch takes ``state`` and draws from it without reading past its words.
+
+    ``left`` outputs from word ``next`` on before the twist: with ``next + left > 625`` torch
+    reads beyond its state, which nothing can judge. A NaN cached sample (torch never caches
+    one) draws as arithmetic makes of it, not by its bits.
+    """
+    try:
+        torch.Generator().set_state(state)
+    except RuntimeError:
+        return False
+    left, following = int(state[8:12].view(torch.int32)), int(state[16:24].view(torch.int64))
+    normal_y = float(state[5024:5032].view(torch.float64))
+    valid = bool(state[5040:5044].view(torch.int32))
+    return (left == 1 or (following & 0xFFFFFFFF) + left <= 625) and not (
+        valid and math.isnan(normal_y)
+    )
+
+
+BASE_OPS = st.lists(
+    st.sampled_from(["rand1", "rand7", "randn1", "randn1-f64", "randn40", "position8", "twist"]),
+    max_size=3,
+)
+
+
+def _base(seeding: str, seed: int, ops: list[str]) -> torch.Tensor:
+    """A state torch reaches: :func:`_state`'s, where ``twist`` draws up to the next twist."""
+    generator = torch.Generator()
+    generator.set_state(_state(seeding, seed, [op for op in ops if op != "twist"]))
+    if "twist" in ops:
+        left = int(generator.get_state()[8:12].view(torch.int32))
+        torch.randint(0, 2**32 - 1, (left - 1,), generator=generator)
+    return generator.get_state()
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    base=st.tuples(SEEDINGS, SEEDS, BASE_OPS),
+    first=st.lists(PERTURBATIONS, max_size=3),
+    second=st.lists(PERTURBATIONS, max_size=3),
+)
+def test_perturbed_cpu_states_digest_alike_exactly_when_torch_draws_them_alike(
+    base: tuple[str, int, list[str]],
+    first: list[tuple[str, int, int]],
+    second: list[tuple[str, int, int]],
+) -> None:
+    state = _base(*base)
+    one, other = _perturbed(state, first), _perturbed(state, second)
+    assume(_draws_defined(one) and _draws_defined(other))
+    alike = CPU.state_digest(one) == CPU.state_digest(other)
+    assert alike == (_every_draw(one) == _every_draw(other)), (base, first, second)
+
+
+def test_bits_of_word_0_below_its_top_never_draw_and_the_digest_leaves_them_out() -> None:
+    """The case verify got wrong both ways: shards seeded alike with the tensor-parallel rank
+    XORed into word 0's low bits draw alike (they must digest alike, so verify fails them);
+    replicas that differ there draw alike too (verify must pass them)."""
+    for ops in ([], ["rand7"], ["randn1"], ["twist"]):
+        state = _base("torch", 1000, ops)
+        for tp in (1, 2, 3, 2**31 - 1):
+            marked = state.clone()
+            marked[24:28] = torch.tensor(
+                list((int(state[24:28].view(torch.int32)) ^ tp).to_bytes(4, "little", signed=True)),
+                dtype=torch.uint8,
+            )
+            assert _every_draw(marked) == _every_draw(state), "torch draws them alike"
+            assert CPU.state_digest(marked) == CPU.state_digest(state), (ops, tp)
+        top = _perturbed(state, [("word 0", 0, 31)])
+        assert _every_draw(top) != _every_draw(state), "the top bit of word 0 enters the twist"
+        assert CPU.state_digest(top) != CPU.state_digest(state), ops
 
 
 # -- DTensor meshes: the kind of a mesh, and the instance of a kind that holds a rank -------

@@ -107,6 +107,22 @@ def test_seeds_that_differ_only_above_bit_32_are_judged_by_what_torch_draws(
     assert (ok, ranks) == ((False, [0, 1, 2, 3]) if bug == "high bits" else (True, []))
 
 
+@pytest.mark.parametrize("case", ["sound", "mis-seeded"])
+def test_bits_no_draw_reads_decide_no_verdict(pool4: DistributedPool, case: str) -> None:
+    """Low bits of word 0 of torch's Mersenne state never reach a draw: replicas that differ
+    only there pass, shards that differ only there fail, as the oracle of their draws says."""
+    results = pool4.run(checks.word_zero_marked, case)
+    verdict = results[0]["verdict"]
+    assert all(r["verdict"] == verdict for r in results), "one report everywhere"
+    every = [
+        [Observation(oracle.word(r["draws"]), oracle.word(tp), oracle.word(tp))]
+        for r, tp in zip(results, (0, 1, 0, 1), strict=True)
+    ]
+    found = oracle.judge(every)
+    assert found.ok == (case == "sound"), "the case is what it says"
+    assert (verdict[0], set(verdict[1])) == (found.ok, set(found.offenders))
+
+
 # -- presets, every option: verify agrees with the oracle of what ranks draw ---------------
 
 #: Along which dims each stream of a preset is meant to differ, as the trainers document it
@@ -222,3 +238,32 @@ def test_the_dtensor_stream_is_judged_by_what_each_mesh_draws_next(
     found = oracle.judge(every)
     assert found.ok == DTENSOR_CASES[case], "the case is what it says"
     assert (verdict[0], set(verdict[1])) == (found.ok, set(found.offenders)), results[0]["text"]
+
+
+# -- verify is read-only: a whole run draws the same with verify calls and without ---------
+
+
+def test_a_whole_run_draws_the_same_with_verify_calls_and_without(
+    pool4: DistributedPool, tmp_path: Any
+) -> None:
+    """Every stream (torch, random, NumPy, a named state, a preset's named states, the DTensor
+    stream), after every way of setting a state, each taken where verify looked first: the
+    numbers drawn with verify calls are those drawn without, and the sound job passes them."""
+    runs = {}
+    for verifying in (False, True):
+        directory = tmp_path / ("verifying" if verifying else "plain")
+        directory.mkdir()
+        runs[verifying] = pool4.run(checks.whole_run, verifying, str(directory))
+    for rank, (plain, verified) in enumerate(zip(runs[False], runs[True], strict=True)):
+        assert [label for label, _ in plain["drawn"]] == [label for label, _ in verified["drawn"]]
+        changed = [
+            label
+            for (label, alone), (_, beside) in zip(plain["drawn"], verified["drawn"], strict=True)
+            if alone != beside
+        ]
+        assert not changed, f"rank {rank}: verify changed what was drawn: {changed}"
+    verdicts = [(label, ok) for label, ok, _ in runs[True][0]["verdicts"]]
+    assert all([(v[0], v[1]) for v in r["verdicts"]] == verdicts for r in runs[True])
+    assert len(verdicts) == 18 and not runs[False][0]["verdicts"]
+    failed = [(label, text) for label, ok, text in runs[True][0]["verdicts"] if not ok]
+    assert not failed, failed

@@ -70,9 +70,11 @@ class CPUPlatform(hwrng.Platform):
     def state_digest(self, state: torch.Tensor) -> bytes:
         """What torch's Mersenne Twister in ``state`` draws: :func:`hwrng.mersenne_state_digest`.
 
-        torch keys the generator with the low 32 bits of a seed but stores all
-        64 of them: the digest covers the mt19937 words, the position in them
-        and the cached normal samples, never the stored seed.
+        The digest is taken from the state that draws -- the words output
+        before the next twist, the 624 words that twist makes, a valid cached
+        normal sample -- never from stored bytes no draw reads: the 64-bit seed
+        (torch keys the generator with its low 32 bits), word 0's low 31 bits,
+        the high half of each word slot.
         """
         return hwrng.mersenne_state_digest(state)
 

@@ -98,8 +98,10 @@ def record_seeding(seeding: Seeding | None, mesh: DeviceMesh | None = None) -> N
 def _seed_numpy_legacy(seed: int) -> None:
     if seed < 2**32:
         np.random.seed(seed)
-    else:  # the legacy seeder takes a 32-bit integer or an array of 32-bit words
-        np.random.seed(np.array([seed & 0xFFFFFFFF, seed >> 32], dtype=np.uint32))
+    else:
+        # Not the seed's 32-bit words through ``numpy.random.seed``: that is how
+        # ``random.seed`` keys its own Mersenne Twister, so both would draw one stream.
+        np.random.set_state(np.random.MT19937(seed).state)
 
 
 def seed_streams(seed: int, platform: Platform) -> None:
@@ -127,8 +129,10 @@ def seed_everything(seed: int, platform: Platform | str | None = None) -> Platfo
     The CPU generator is keyed with all 64 bits of ``seed`` (torch's own CPU
     seeding keeps only the low 32); for seeds below ``2**32`` it is exactly
     ``torch.manual_seed(seed)``. NumPy's legacy global generator gets
-    ``numpy.random.seed(seed)`` below ``2**32`` and the seed's two 32-bit
-    words above.
+    ``numpy.random.seed(seed)`` below ``2**32``; above, the state of
+    ``numpy.random.MT19937(seed)`` (NumPy's own hashed seeding of a big integer:
+    the seed's 32-bit words, which ``random.seed`` uses, would make ``random``
+    and NumPy draw the same stream).
 
     The seed is one you computed, so hwrng knows no plan behind it:
     afterwards :func:`current_seeding` is ``None`` (DTensor ops then draw from

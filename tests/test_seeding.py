@@ -92,6 +92,15 @@ def test_first_listed_dim_varies_slowest(case: tuple[dict[str, int], list[str], 
     assert hwrng.rank_seed(seed, coordinate, mesh, sharded) == (seed + index) % 2**64
 
 
+@pytest.mark.parametrize("seed", [0, 2**32 - 1, 2**32, 2**40 + 5, 2**64 - 1])
+def test_random_and_numpy_never_draw_one_stream(seed: int) -> None:
+    # Both are Mersenne Twisters: compare their raw 32-bit outputs, not floats.
+    hwrng.manual_seed(seed, platform="cpu")
+    python_words = [random.getrandbits(32) for _ in range(8)]
+    numpy_words = np.random.randint(0, 2**32, size=8, dtype=np.uint64).tolist()
+    assert python_words != numpy_words
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [

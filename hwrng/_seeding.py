@@ -101,7 +101,7 @@ def _seed_numpy_legacy(seed: int) -> None:
     else:
         # Not the seed's 32-bit words through ``numpy.random.seed``: that is how
         # ``random.seed`` keys its own Mersenne Twister, so both would draw one stream.
-        np.random.set_state(np.random.MT19937(seed).state)
+        np.random.set_state(dict(np.random.MT19937(seed).state))
 
 
 def seed_streams(seed: int, platform: Platform) -> None:

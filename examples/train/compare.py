@@ -238,8 +238,10 @@ def plot(runs: list[Run], png: Path) -> None:
     each kind's straight run first): the resumed runs are measured against the
     straight run they should repeat.
     """
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("the picture needs matplotlib: pip install -r requirements.txt") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

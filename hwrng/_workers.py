@@ -119,8 +119,11 @@ class WorkerInitFn:
     Parameters
     ----------
     rank
-        The global rank of the process that owns the DataLoader. By default it
-        is found where it is known: for ``spawn``/``forkserver`` workers, in the
+        The rank the workers are keyed by: by default the global rank of the
+        process that owns the DataLoader. Under tensor parallelism pass the
+        data-parallel rank (``mesh.get_local_rank("dp")``): the ranks of one
+        data-parallel rank must load the same samples, augmented alike. By
+        default the rank is found where it is known: for ``spawn``/``forkserver`` workers, in the
         parent when the DataLoader sends this function to them (torch.distributed's
         rank if initialised there, else ``RANK`` or ``HWRNG_RANK``); for ``fork``
         workers, from the parent's state they inherit. A parent with none of

@@ -21,7 +21,7 @@ from hwrng._collectives import Comm
 TIMEOUT = 1.5
 #: The timeout of the tests where the ranks must not wait for it: any wait of its length is
 #: the failure they look for (a verdict comes long before it, even on a loaded machine).
-MIXED_TIMEOUT = 20.0
+MIXED_TIMEOUT = 30.0
 #: The process group's own timeout, in seconds, in the tests of verify's default timeout.
 PG_TIMEOUT = 4.0
 

@@ -8,7 +8,7 @@ sockets open), a rank alone with ``group=`` gets a verdict naming the mismatch
 at once. The store keeps a bounded number of verify's keys.
 Each test is bounded by the pool's own timeout, so a regression fails instead
 of hanging. The timeouts a test waits for are 1.5 s or 4 s; where the ranks must
-not wait for the timeout, it is 20 s, and a wait of that length is the failure
+not wait for the timeout, it is 30 s, and a wait of that length is the failure
 the test looks for: each test takes seconds.
 """
 

@@ -69,15 +69,17 @@ def absent_rank(fault: str) -> dict[str, Any]:
     return {"outcome": outcome, "seconds": seconds, "again": again}
 
 
-def mixed_groups(slow_watcher: bool, together_with: str) -> dict[str, Any]:
-    """Rank 1 alone passes group=; the others verify over the world.
+def mixed_groups(slow_watcher: bool, together_with: str, rounds: int = 1) -> dict[str, Any]:
+    """Rank 1 alone passes group=; the others verify over the world; ``rounds`` times.
 
     ``together_with`` is rank 1's group: ``"rank 0"`` (ranks 0 and 1), or
     ``"every rank"`` (a ``new_group`` of all 4 ranks: the same ranks as the
-    default group, another process group). With ``slow_watcher``, rank 1's
-    first look for a deadlock waits (at most 20 s) until rank 0 has found it,
-    reported it and gone on to its next call -- as a descheduled rank on a
-    loaded machine does: rank 0's new call is not one rank 1 holds up.
+    default group, another process group; every rank can find the mismatch,
+    and several often do at once). With ``slow_watcher``, rank 1's first look
+    for a deadlock waits (at most 20 s) until rank 0 has found it, reported it
+    and gone on to its next call -- as a descheduled rank on a loaded machine
+    does: rank 0's new call is not one rank 1 holds up. After each round every
+    rank verifies again: still in step.
     """
     _seeded()
     rank = dist.get_rank()
@@ -96,15 +98,20 @@ def mixed_groups(slow_watcher: bool, together_with: str) -> dict[str, Any]:
                 time.sleep(0.02)
         return real(call)
 
-    if slow_watcher and rank == 1:
-        arrival._Call._deadlock = late_look
-    try:
-        outcome, seconds = _verify(timeout=MIXED_TIMEOUT, **({"group": group} if rank == 1 else {}))
-    finally:
-        arrival._Call._deadlock = real
-    again, _ = _verify(timeout=30)
-    name = dist.distributed_c10d._get_process_group_name(group)
-    return {"outcome": outcome, "seconds": seconds, "again": again, "name": name}
+    found: dict[str, list[Any]] = {"outcomes": [], "seconds": [], "again": []}
+    for _ in range(rounds):
+        if slow_watcher and rank == 1:
+            arrival._Call._deadlock = late_look
+        try:
+            outcome, seconds = _verify(
+                timeout=MIXED_TIMEOUT, **({"group": group} if rank == 1 else {})
+            )
+        finally:
+            arrival._Call._deadlock = real
+        found["outcomes"].append(outcome)
+        found["seconds"].append(seconds)
+        found["again"].append(_verify(timeout=30)[0])
+    return {**found, "name": dist.distributed_c10d._get_process_group_name(group)}
 
 
 def wrong_argument(argument: str, value: Any) -> dict[str, Any]:

@@ -25,8 +25,9 @@ records as they wait: a peer waiting in a call over another group that
 holds this rank -- the call this rank would make next over that group -- can
 only be met after this call ends, which needs that peer. Such a deadlock is
 declared at once, both calls decided as a :class:`Mismatch` in the same
-words whichever of the two ranks finds it, which every rank of both reports
-as a failing verdict naming it.
+words whichever ranks find it (both calls decided in one order, the second
+in the first's words, so ranks finding it at once agree), which every rank
+of both reports as a failing verdict naming it.
 
 A rank whose own arguments are refused still takes part: it decides the
 call refused, naming its error, then counts itself in (:func:`refuse`); its
@@ -342,10 +343,24 @@ class _Call:
                 continue
             if not self.store.check([f"{other}/arrived"]):
                 continue
-            message = _mismatch((rank, found), (self.me, self.record()))
-            self.store.compare_set(f"{other}/decision", "", message)
-            return self.decide(message)
+            return self._decide_both(other, _mismatch((rank, found), (self.me, self.record())))
         return None
+
+    def _decide_both(self, other: str, message: str) -> str:
+        """Decide this call and a peer's ``other`` call as one mismatch; this call's decision.
+
+        Where a group holds more than two ranks, several may find the mismatch
+        at once, each in its own words (the two ranks it names). So both calls
+        are decided in one order (by key), and the second takes the words the
+        first was decided with, where those name these two calls: every rank
+        of both calls then reads the same words.
+        """
+        first, second = sorted((self.key, other))
+        opened = _text(self.store.compare_set(f"{first}/decision", "", message))
+        if _names_calls(opened, {first, second}):
+            message = opened
+        closed = _text(self.store.compare_set(f"{second}/decision", "", message))
+        return opened if first == self.key else closed
 
     def _holds_me(self, record: dict[str, Any]) -> bool:
         """Whether the group of a peer's call holds this rank (unknown: taken as not)."""
@@ -415,8 +430,8 @@ class _Call:
 def _mismatch(*sides: tuple[int, dict[str, Any]]) -> str:
     """The decision for two ranks' calls over different groups, as each rank's record has them.
 
-    The same words whichever of the two ranks finds it (lowest rank first): both may find it at
-    once, and every rank involved reports the one decision.
+    The same words whichever of the two ranks finds it (lowest rank first); where others find
+    it too, in their own words, :meth:`_Call._decide_both` keeps one decision for both calls.
     """
     (first, one), (second, other) = sorted(sides, key=lambda side: side[0])
     one_words, other_words = _apart(one, other)
@@ -427,6 +442,14 @@ def _mismatch(*sides: tuple[int, dict[str, Any]]) -> str:
     )
     calls = [[one["group"], one["call"]], [other["group"], other["call"]]]
     return "mismatch: " + json.dumps({"text": text, "calls": calls, "ranks": [first, second]})
+
+
+def _names_calls(decision: str, keys: set[str]) -> bool:
+    """Whether ``decision`` is a mismatch of exactly the calls under ``keys``."""
+    if not decision.startswith("mismatch: "):
+        return False
+    calls = json.loads(decision.removeprefix("mismatch: "))["calls"]
+    return {f"{_ROOT}/{group}/{number}" for group, number in calls} == keys
 
 
 def _skip(calls: list[list[Any]]) -> None:

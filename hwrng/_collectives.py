@@ -48,6 +48,8 @@ __all__ = [
     "digest62",
     "digest_of",
     "distributed",
+    "group_name",
+    "group_timeout",
     "played_by_one_process",
     "rank_and_size",
 ]
@@ -85,6 +87,39 @@ def played_by_one_process(group: Any = None) -> bool:
     import torch.distributed as dist
 
     return str(dist.get_backend(group)) == "fake"
+
+
+def group_timeout(group: Any = None) -> float | None:
+    """The timeout ``group`` was made with, in seconds (``None`` for the default group).
+
+    What its backends hold (``init_process_group(timeout=...)``,
+    ``new_group(timeout=...)``, or torch's ``_set_pg_timeout`` since): the
+    least of them where a group has several (``cpu:gloo,cuda:nccl``); ``None``
+    where no backend says (a third-party backend without ``options``).
+    """
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    found = []
+    for device in getattr(pg, "_device_types", ()):
+        try:
+            found.append(pg._get_backend(device).options._timeout.total_seconds())
+        except (AttributeError, RuntimeError):  # no such backend here, or no options
+            continue
+    return min(found) if found else None
+
+
+def group_name(group: Any = None) -> str:
+    """The name c10d gave ``group`` (``None``: the default group), the same on its every member.
+
+    c10d prefixes the group's rendezvous keys with it, so its members agree on it; two groups
+    of the same ranks have different names.
+    """
+    import torch.distributed as dist
+
+    c10d = dist.distributed_c10d
+    pg = group if group is not None else c10d._get_default_group()
+    return str(c10d._get_process_group_name(pg))
 
 
 def digest62(*parts: bytes | memoryview | np.ndarray) -> int:

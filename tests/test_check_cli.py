@@ -259,6 +259,11 @@ def test_check_passes_its_timeout_to_verify(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--timeout", "0"], "argument --timeout: must be a positive number of seconds, got 0"),
+        (
+            ["--timeout", "8e9"],
+            "argument --timeout: must be at most 1e9 s (about 31 years) (a collective's clock "
+            "arithmetic overflows beyond about 7.4e9 s), got 8e9",
+        ),
         (["--nproc", "0"], "argument --nproc: must be >= 1, got 0"),
         (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
         (["--nosuch"], "unrecognized arguments: --nosuch"),

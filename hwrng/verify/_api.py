@@ -13,7 +13,7 @@ from hwrng._plan import Seeding
 from hwrng._platform import Platform
 from hwrng._registry import platform_in_force
 from hwrng._seeding import current_seeding
-from hwrng.verify._arrival import DEFAULT_TIMEOUT, arrive, check_timeout
+from hwrng.verify._arrival import Mismatch, Refused, arrive, refuse
 from hwrng.verify._judging import Judged, judging
 from hwrng.verify._meshes import IRREGULAR
 from hwrng.verify._report import StreamVerdict, VerifyReport
@@ -22,6 +22,7 @@ from hwrng.verify._setup import (
     Agreed,
     agree_on,
     check_arguments,
+    check_group,
     comparison_mesh,
     group_problems,
     members_digest,
@@ -42,6 +43,7 @@ from hwrng.verify._streams import (
     order,
     rank_streams,
 )
+from hwrng.verify._timeout import check_timeout, default_timeout
 from hwrng.verify._topology import Topology, over_group, over_mesh
 from hwrng.verify._wire import drive
 
@@ -138,7 +140,7 @@ def verify(
     streams: Iterable[str] | None = None,
     group: dist.ProcessGroup | None = None,
     platform: Platform | str | None = None,
-    timeout: float | datetime.timedelta = DEFAULT_TIMEOUT,
+    timeout: float | datetime.timedelta | None = None,
 ) -> VerifyReport:
     """Check every RNG stream of every rank against the seed plan: every pair of ranks.
 
@@ -146,7 +148,9 @@ def verify(
     streams are read, never drawn from. It never leaves a peer waiting: a rank
     that cannot build its observations (no plan in force, a mesh it is not in,
     ...) still joins the collectives, and every rank gets the same report,
-    failing with ``setup failed on rank r: ...``. Nor does it wait forever:
+    failing with ``setup failed on rank r: ...``; a rank whose own arguments
+    are wrong raises, and tells its peers first, which get that report at
+    once. Nor does it wait forever:
     before any collective the ranks meet through the job's rendezvous store,
     and ranks that called it over different groups get a failing report
     naming the mismatch; ranks that do not arrive within ``timeout`` are
@@ -190,7 +194,9 @@ def verify(
         Seconds (or a :class:`datetime.timedelta`) to wait for every rank to
         arrive, and for each collective after that -- on the whole group and
         on each mesh dim's group, whatever timeout those groups were made with.
-        By default 5 minutes (torch's process groups wait 30).
+        At most ``1e9`` s. By default the timeout ``group`` was made with
+        (``init_process_group(timeout=...)`` for the default group), at most
+        5 minutes.
 
     Returns
     -------
@@ -214,29 +220,37 @@ def verify(
         up; if a collective does not complete within ``timeout`` (a rank
         stopped inside verify).
     MeshError
-        On every rank, before any collective, if ``mesh`` is not a DeviceMesh
-        or ``sharded_dims`` are malformed or given without a mesh.
+        Before any collective, if ``mesh`` is not a DeviceMesh or
+        ``sharded_dims`` are malformed or given without a mesh.
     InvalidArgumentError
-        On every rank, before any collective, if ``streams`` is not a list of
-        distinct names, or ``timeout`` is neither seconds nor a timedelta.
+        Before any collective, if ``streams`` is not a list of distinct names,
+        or ``timeout`` is neither seconds nor a timedelta.
     InvalidValueError
-        On every rank, before any collective, if ``timeout`` is not positive
-        and finite.
+        Before any collective, if ``timeout`` is not positive and finite, or
+        is beyond ``1e9`` s.
+    BackendNotFoundError
+        Before any collective, if ``platform`` names no installed backend.
+
+    Each of these four is raised by the rank whose arguments are wrong (on
+    every rank, where every rank's are); its peers get a failing report at
+    once, ``setup failed on rank r: ...``, naming the first such rank.
     """
-    dims = check_arguments(mesh, sharded_dims, group)
-    wanted = check_stream_names(streams)
-    seconds = check_timeout(timeout)
+    check_group(group)
+    seconds = default_timeout(group)
+    try:
+        dims = check_arguments(mesh, sharded_dims)
+        wanted = check_stream_names(streams)
+        if timeout is not None:
+            seconds = check_timeout(timeout)
+        resolved = platform_in_force(platform)
+        whole = Comm(group, resolved, timeout=seconds)
+    except Exception as error:  # the peers must not wait for this rank: tell them, then raise
+        refuse(group, error, seconds)
+        raise
     plan = current_seeding()
-    resolved = platform_in_force(platform)
-    whole = Comm(group, resolved, timeout=seconds)
-    mismatch = arrive(whole, seconds)
-    if mismatch is not None:
-        verdict = StreamVerdict(
-            "setup", "every rank calls verify over the same group", (mismatch.text,), mismatch.ranks
-        )
-        named = tuple((r, {"rank": r}) for r in mismatch.ranks)
-        me = whole.global_rank(whole.rank)
-        return VerifyReport(me, whole.size, (verdict,), named, "unknown (the ranks' groups differ)")
+    stopped = arrive(group, seconds)
+    if stopped is not None:
+        return _stopped_report(whole, stopped)
     failure = ""
     mine: _Fingerprint | None = None
     comparison = None
@@ -454,3 +468,19 @@ def _setup_failed(whole: Comm, failure: str | None, topology: Topology) -> Verif
     coordinates = tuple((r, {"rank": r}) for r in ranks)
     me = whole.global_rank(whole.rank)
     return VerifyReport(me, whole.size, (verdict,), coordinates, "unknown (setup failed)")
+
+
+def _stopped_report(whole: Comm, stopped: Mismatch | Refused) -> VerifyReport:
+    """Every rank's report when the ranks' calls did not meet: a mismatch, or a refused call."""
+    ranks: tuple[int, ...]
+    if isinstance(stopped, Refused):
+        problem = f"setup failed on rank {stopped.rank}: {stopped.text}"
+        expected, ranks = "every rank builds its observations", (stopped.rank,)
+        verdict = StreamVerdict("setup", expected, (problem,), ranks)
+        plan = "unknown (setup failed)"
+    else:
+        expected, ranks = "every rank calls verify over the same group", stopped.ranks
+        verdict = StreamVerdict("setup", expected, (stopped.text,), ranks)
+        plan = "unknown (the ranks' groups differ)"
+    named = tuple((r, {"rank": r}) for r in ranks)
+    return VerifyReport(whole.global_rank(whole.rank), whole.size, (verdict,), named, plan)

@@ -8,7 +8,9 @@ gives up after the timeout), which every backend has and which knows who
 arrived:
 
 * each rank writes its *record* (the group of its call and the call's number
-  over that group) and counts itself in (``add``) under the call's key;
+  over that group) and counts itself in (``add``) under the call's key. A
+  group is the process group, not its ranks: ``new_group`` of every rank is
+  not the default group, and calls over the two never meet;
 * the rank that completes the count declares the call complete; the others
   wait for that word, at most until the timeout, then declare it abandoned
   -- one ``compare_set`` decides, so every rank, a late one included, reads
@@ -23,8 +25,18 @@ records as they wait: a peer waiting in a call over another group that
 holds this rank -- the call this rank would make next over that group -- can
 only be met after this call ends, which needs that peer. Such a deadlock is
 declared at once, both calls decided as a :class:`Mismatch` in the same
-words whichever of the two ranks finds it, which every rank of both reports
-as a failing verdict naming it.
+words whichever ranks find it (both calls decided in one order, the second
+in the first's words, so ranks finding it at once agree), which every rank
+of both reports as a failing verdict naming it.
+
+A rank whose own arguments are refused still takes part: it decides the
+call refused, naming its error, then counts itself in (:func:`refuse`); its
+peers, waiting or still to come, report that at once instead of waiting for
+it.
+
+The store keeps the keys of the latest calls over each group only: the rank
+that completes a call's count removes the keys of every earlier call over
+the group, which no rank can read any more (every member is past them).
 
 Nothing here is a collective: a call that fails here leaves every process
 group untouched. Calls are numbered per group on each rank, so ranks that
@@ -37,20 +49,17 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import threading
 import time
-from collections.abc import Sequence
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from hwrng._collectives import Comm, digest_of, played_by_one_process
-from hwrng._exceptions import DistributedError, InvalidArgumentError, InvalidValueError
+from hwrng._collectives import digest_of, group_name, played_by_one_process
+from hwrng._exceptions import DistributedError, HwrngWarning
 
-__all__ = ["DEFAULT_TIMEOUT", "WATCHED", "Mismatch", "arrive", "check_timeout"]
+__all__ = ["WATCHED", "Mismatch", "Refused", "arrive", "refuse"]
 
-#: How long ``verify`` waits, by default, for every rank to arrive and for each collective.
-DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
 #: Groups of at most this many ranks poll for the outcome and watch for a deadlock while they
 #: wait (a larger group's ranks wait on the store without polling it).
 WATCHED = 64
@@ -65,30 +74,17 @@ NAMED = 16
 RECORDED_MEMBERS = 1024
 #: How long ranks wait for the one that reads the records to say who is missing.
 TELL_S = 10.0
+#: The most characters of a refused call's error its peers are told.
+REFUSAL_CHARS = 2000
 
 _ROOT = "hwrng/verify"
 _COMPLETE = "complete"
+#: The keys of one call under its own key: every one is removed once a later call over the
+#: group has every member counted in (none of them can still read it then).
+_CALL_KEYS = ("arrived", "decision", "namer", "missing")
 _lock = threading.Lock()
 _calls: dict[str, int] = {}
-
-
-def check_timeout(timeout: object) -> float:
-    """``timeout`` (seconds, or a :class:`datetime.timedelta`) in seconds.
-
-    Refused alike on every rank, before any collective, unless it is a
-    positive, finite duration.
-    """
-    if isinstance(timeout, datetime.timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
-        raise InvalidArgumentError(
-            f"timeout must be seconds or a datetime.timedelta, got {type(timeout).__name__}"
-        )
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidValueError(f"timeout must be a positive, finite duration, got {timeout!r}")
-    return seconds
+_undeletable: list[str] = []
 
 
 _connection: list[tuple[Any, Any]] = []
@@ -115,14 +111,53 @@ def _store(seconds: float) -> Any:
     return own
 
 
-def _group_words(members: Sequence[int], world: int) -> tuple[str, str]:
-    """The key of a call's group, and the group in words."""
-    if list(members) == list(range(world)):
-        return f"world{world}", f"all {world} ranks"
+@dataclass(frozen=True)
+class _Group:
+    """The group of a call as the store knows it: its key, its members, its name, in words."""
 
-    shown = ", ".join(str(r) for r in members[:NAMED])
-    more = f", ... ({len(members)} ranks)" if len(members) > NAMED else ""
-    return f"group{digest_of(tuple(members)):x}", f"ranks [{shown}{more}]"
+    key: str
+    members: list[int]
+    name: str
+    everyone: bool  # every rank of the world is a member
+    words: str
+
+
+def _group_of(group: Any) -> _Group:
+    """``group`` (``None``: the default process group) as the store knows it.
+
+    The default group's calls are keyed by the world's size; another group's by
+    its c10d name and its members: two groups of the same ranks (``new_group``
+    of every rank, beside the default group) are two groups, whose calls never
+    meet.
+    """
+    import torch.distributed as dist
+
+    world = int(dist.get_world_size())
+    name = group_name(group)
+    if group is None or name == group_name(None):
+        return _Group(f"world{world}", list(range(world)), name, True, f"all {world} ranks")
+    members = [int(r) for r in dist.get_process_group_ranks(group)]
+    everyone = sorted(members) == list(range(world))
+    if everyone:
+        words = f"all {world} ranks"
+    else:
+        shown = ", ".join(str(r) for r in members[:NAMED])
+        more = f", ... ({len(members)} ranks)" if len(members) > NAMED else ""
+        words = f"ranks [{shown}{more}]"
+    return _Group(f"group{digest_of(name, tuple(members)):x}", members, name, everyone, words)
+
+
+def _apart(one: dict[str, Any], other: dict[str, Any]) -> tuple[str, str]:
+    """Two calls' groups in words, told apart by their process groups where the ranks are alike."""
+    if one["words"] != other["words"]:
+        return one["words"], other["words"]
+    return _named(one), _named(other)
+
+
+def _named(record: dict[str, Any]) -> str:
+    if str(record["group"]).startswith("world"):
+        return f"{record['words']} (the default process group)"
+    return f"{record['words']} (process group {record['name']!r})"
 
 
 def _text(raw: bytes) -> str:
@@ -132,21 +167,32 @@ def _text(raw: bytes) -> str:
 class _Call:
     """One call of ``verify`` on this rank, as the store sees it."""
 
-    def __init__(self, members: Sequence[int], me: int, world: int, seconds: float) -> None:
-        self.members = list(members)
+    def __init__(self, group: _Group, me: int, seconds: float) -> None:
+        self.members = group.members
         self.me = me
         self.seconds = seconds
-        self.group, self.words = _group_words(self.members, world)
+        self.group, self.words = group.key, group.words
+        self.name, self.everyone = group.name, group.everyone
         with _lock:
             self.number = _calls.get(self.group, 0)
             _calls[self.group] = self.number + 1
-        self.key = f"{_ROOT}/{self.group}/{self.number}"
+        self.key = self._key(self.number)
         self.store = _store(seconds)
+
+    def _key(self, number: int) -> str:
+        return f"{_ROOT}/{self.group}/{number}"
 
     def record(self) -> dict[str, Any]:
         """What this rank tells the others of its call (its members, for a group not too large)."""
         members = self.members if len(self.members) <= RECORDED_MEMBERS else None
-        return {"group": self.group, "words": self.words, "call": self.number, "members": members}
+        return {
+            "group": self.group,
+            "words": self.words,
+            "name": self.name,
+            "call": self.number,
+            "members": members,
+            "everyone": self.everyone,
+        }
 
     def read_record(self, rank: int) -> dict[str, Any] | None:
         key = f"{_ROOT}/rank/{rank}"
@@ -165,28 +211,75 @@ class _Call:
         key = f"{self.key}/decision"
         return _text(self.store.get(key)) if self.store.check([key]) else None
 
-    def arrive(self) -> Mismatch | None:
+    def arrive(self) -> Mismatch | Refused | None:
         """Count this rank in; return once every member is, else raise (see the module).
 
         Returns the :class:`Mismatch` found instead, where ranks called verify over
-        different groups.
+        different groups, or the :class:`Refused` call of a peer whose arguments
+        were refused.
         """
-        self.store.set(f"{_ROOT}/rank/{self.me}", json.dumps(self.record()))
-        count = int(self.store.add(f"{self.key}/arrived", 1))
+        count = self._count_in()
         if count >= len(self.members):
             decision = self.decide(_COMPLETE)
         else:
             decision = self._wait(time.monotonic() + self.seconds)
-        if decision.startswith("mismatch: "):
-            mismatch = json.loads(decision.removeprefix("mismatch: "))
-            _skip(mismatch["calls"])
-            text = f"the ranks' arguments differ: {mismatch['text']}"
-            return Mismatch(text, tuple(sorted(mismatch["ranks"])))
+        if count == len(self.members):
+            self._remove_earlier()
+        stopped = _stopped(decision)
+        if stopped is not None:
+            return stopped
         if decision != _COMPLETE:
             given_up = json.loads(decision.removeprefix("abandoned: "))
             late = count > given_up["arrived"]  # counted in after the others gave up
             raise DistributedError(self._failure(given_up["waited"], late=late))
         return None
+
+    def refuse(self, text: str) -> None:
+        """Decide the call refused, naming it, then count this rank in: its peers stop at once.
+
+        Decided first: the count cannot complete without this rank, so no peer
+        can declare the call complete before it.
+        """
+        refusal = {"rank": self.me, "text": text[:REFUSAL_CHARS]}
+        decision = self.decide("refused: " + json.dumps(refusal))
+        count = self._count_in()
+        if count == len(self.members):
+            self._remove_earlier()
+        _stopped(decision)  # a mismatch decided first counts both calls as made, here too
+
+    def _count_in(self) -> int:
+        self.store.set(f"{_ROOT}/rank/{self.me}", json.dumps(self.record()))
+        return int(self.store.add(f"{self.key}/arrived", 1))
+
+    def _remove_earlier(self) -> None:
+        """Remove the keys of every earlier call over this group that are still in the store.
+
+        Every member has counted itself into this call, so none is still in an
+        earlier one, nor can a rank watching for a deadlock look at one (it
+        looks only at the call it would make next over a group that holds it).
+        The group's ``kept`` key says from which call on keys may remain: calls
+        whose count never completed (a mismatch, a rank that never came) are
+        removed with the next call that completes. What stays is the latest
+        calls' keys of each group: bounded by the groups a job verifies over,
+        never by the number of calls.
+        """
+        kept_key = f"{_ROOT}/{self.group}/kept"
+        try:
+            kept = int(self.store.add(kept_key, 0))
+            for number in range(kept, self.number):
+                for name in _CALL_KEYS:
+                    self.store.delete_key(f"{self._key(number)}/{name}")
+            self.store.add(kept_key, self.number - kept)
+        except (AttributeError, NotImplementedError, RuntimeError) as error:  # cannot delete
+            if not _undeletable:  # the call itself is decided: it goes on
+                _undeletable.append(type(self.store).__name__)
+                warnings.warn(
+                    f"hwrng.verify cannot remove its keys from the rendezvous store "
+                    f"({type(self.store).__name__}: {type(error).__name__}: "
+                    f"{str(error).strip()[:300]}): its calls leave 2 to 4 keys each behind",
+                    HwrngWarning,
+                    stacklevel=4,
+                )
 
     def _wait(self, deadline: float) -> str:
         watched = len(self.members) <= WATCHED
@@ -250,14 +343,28 @@ class _Call:
                 continue
             if not self.store.check([f"{other}/arrived"]):
                 continue
-            message = _mismatch((rank, found), (self.me, self.record()))
-            self.store.compare_set(f"{other}/decision", "", message)
-            return self.decide(message)
+            return self._decide_both(other, _mismatch((rank, found), (self.me, self.record())))
         return None
+
+    def _decide_both(self, other: str, message: str) -> str:
+        """Decide this call and a peer's ``other`` call as one mismatch; this call's decision.
+
+        Where a group holds more than two ranks, several may find the mismatch
+        at once, each in its own words (the two ranks it names). So both calls
+        are decided in one order (by key), and the second takes the words the
+        first was decided with, where those name these two calls: every rank
+        of both calls then reads the same words.
+        """
+        first, second = sorted((self.key, other))
+        opened = _text(self.store.compare_set(f"{first}/decision", "", message))
+        if _names_calls(opened, {first, second}):
+            message = opened
+        closed = _text(self.store.compare_set(f"{second}/decision", "", message))
+        return opened if first == self.key else closed
 
     def _holds_me(self, record: dict[str, Any]) -> bool:
         """Whether the group of a peer's call holds this rank (unknown: taken as not)."""
-        if str(record["group"]).startswith("world"):
+        if str(record["group"]).startswith("world") or record.get("everyone"):
             return True
         members = record.get("members")
         return members is not None and self.me in members
@@ -306,8 +413,9 @@ class _Call:
             if found is None:
                 parts.append(f"rank {rank} (never called hwrng.verify)")
             elif found["group"] != self.group:
+                _, words = _apart(self.record(), found)
                 parts.append(
-                    f"rank {rank} (its latest hwrng.verify is over {found['words']}: the ranks' "
+                    f"rank {rank} (its latest hwrng.verify is over {words}: the ranks' "
                     "group= arguments differ)"
                 )
             else:
@@ -322,17 +430,26 @@ class _Call:
 def _mismatch(*sides: tuple[int, dict[str, Any]]) -> str:
     """The decision for two ranks' calls over different groups, as each rank's record has them.
 
-    The same words whichever of the two ranks finds it (lowest rank first): both may find it at
-    once, and every rank involved reports the one decision.
+    The same words whichever of the two ranks finds it (lowest rank first); where others find
+    it too, in their own words, :meth:`_Call._decide_both` keeps one decision for both calls.
     """
     (first, one), (second, other) = sorted(sides, key=lambda side: side[0])
+    one_words, other_words = _apart(one, other)
     text = (
-        f"rank {first} called hwrng.verify over {one['words']} while rank {second} called it "
-        f"over {other['words']}: every rank of a group must call verify with the same group=, "
+        f"rank {first} called hwrng.verify over {one_words} while rank {second} called it "
+        f"over {other_words}: every rank of a group must call verify with the same group=, "
         "in the same order"
     )
     calls = [[one["group"], one["call"]], [other["group"], other["call"]]]
     return "mismatch: " + json.dumps({"text": text, "calls": calls, "ranks": [first, second]})
+
+
+def _names_calls(decision: str, keys: set[str]) -> bool:
+    """Whether ``decision`` is a mismatch of exactly the calls under ``keys``."""
+    if not decision.startswith("mismatch: "):
+        return False
+    calls = json.loads(decision.removeprefix("mismatch: "))["calls"]
+    return {f"{_ROOT}/{group}/{number}" for group, number in calls} == keys
 
 
 def _skip(calls: list[list[Any]]) -> None:
@@ -340,6 +457,19 @@ def _skip(calls: list[list[Any]]) -> None:
     with _lock:
         for group, number in calls:
             _calls[group] = max(_calls.get(group, 0), int(number) + 1)
+
+
+def _stopped(decision: str) -> Mismatch | Refused | None:
+    """What a decision other than complete or abandoned tells every rank that reads it."""
+    if decision.startswith("mismatch: "):
+        mismatch = json.loads(decision.removeprefix("mismatch: "))
+        _skip(mismatch["calls"])
+        text = f"the ranks' arguments differ: {mismatch['text']}"
+        return Mismatch(text, tuple(sorted(mismatch["ranks"])))
+    if decision.startswith("refused: "):
+        refusal = json.loads(decision.removeprefix("refused: "))
+        return Refused(str(refusal["text"]), int(refusal["rank"]))
+    return None
 
 
 @dataclass(frozen=True)
@@ -358,24 +488,49 @@ class Mismatch:
     ranks: tuple[int, ...]
 
 
-def arrive(whole: Comm, seconds: float) -> Mismatch | None:
-    """Meet the other ranks of ``whole`` in this call of ``verify``, before any collective.
+@dataclass(frozen=True)
+class Refused:
+    """A peer's call refused its own arguments: what every other rank of the call reports.
 
-    Returns ``None`` once every member has arrived, or the :class:`Mismatch`
-    found when ranks called verify over different groups; raises
-    :class:`~hwrng.DistributedError` naming the ranks that did not arrive
-    within ``seconds`` (see the module). A group of one has no one to meet, and
-    torch's fake process group (one process playing the world, for
-    measurements) no one who could come.
+    Attributes
+    ----------
+    text
+        The refusal, ``"ErrorName: message"``, as the refused rank raised it.
+    rank
+        The refused rank (the first, where several were).
+    """
+
+    text: str
+    rank: int
+
+
+def _meeting(group: Any) -> tuple[_Group, int] | None:
+    """``group`` as the store knows it and this rank's global rank; ``None``: no one to meet.
+
+    A group of one has no one to meet, and torch's fake process group (one
+    process playing the world, for measurements) no one who could come.
     """
     import torch.distributed as dist
 
-    if whole.size == 1 or played_by_one_process(whole.group):
+    if int(dist.get_world_size(group)) == 1 or played_by_one_process(group):
         return None
-    members = whole.global_ranks()
-    me = whole.global_rank(whole.rank)
+    return _group_of(group), int(dist.get_rank())
+
+
+def arrive(group: Any, seconds: float) -> Mismatch | Refused | None:
+    """Meet the other ranks of ``group`` in this call of ``verify``, before any collective.
+
+    Returns ``None`` once every member has arrived; the :class:`Mismatch`
+    found when ranks called verify over different groups; or the
+    :class:`Refused` call of a rank whose arguments were wrong. Raises
+    :class:`~hwrng.DistributedError` naming the ranks that did not arrive
+    within ``seconds`` (see the module).
+    """
+    meeting = _meeting(group)
+    if meeting is None:
+        return None
     try:
-        return _Call(members, me, int(dist.get_world_size()), seconds).arrive()
+        return _Call(*meeting, seconds).arrive()
     except DistributedError:
         raise
     except RuntimeError as error:  # the store did not answer (DistStoreError), or went away
@@ -383,3 +538,26 @@ def arrive(whole: Comm, seconds: float) -> Mismatch | None:
             f"hwrng.verify could not meet the other ranks through the rendezvous store within "
             f"{seconds:g} s: {type(error).__name__}: {str(error).strip()[:300]}"
         ) from error
+
+
+def refuse(group: Any, error: BaseException, seconds: float) -> None:
+    """Tell the other ranks of ``group`` that this rank's call refused its arguments.
+
+    This rank counts itself into the call and decides it refused, naming
+    ``error``: every peer, waiting or still to come, gets a failing report at
+    once instead of waiting for this rank (the caller then raises ``error``).
+    Where the store cannot be reached within ``seconds``, a warning says so
+    (the peers then name this rank at their timeout).
+    """
+    try:
+        meeting = _meeting(group)
+        if meeting is not None:
+            _Call(*meeting, seconds).refuse(f"{type(error).__name__}: {error}")
+    except RuntimeError as failure:  # the store did not answer (DistStoreError), or went away
+        warnings.warn(
+            f"hwrng.verify could not tell the other ranks through the rendezvous store that this "
+            f"rank's call was refused ({type(failure).__name__}: {str(failure).strip()[:300]}): "
+            "they wait for it until their timeout",
+            HwrngWarning,
+            stacklevel=3,
+        )

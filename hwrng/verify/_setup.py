@@ -1,6 +1,8 @@
 """Before any stream is judged: the arguments, and what every rank must hold alike.
 
-Arguments are refused alike on every rank, before any collective. Then one
+A call that cannot say which ranks it meets (no process group, a ``group``
+this rank is not in) is refused at once; other wrong arguments are refused
+before any collective, and the rank's peers told (see ``_arrival``). Then one
 reduction over the whole group tells whether every rank built its
 observations (a rank that could not is named with its error, on every rank:
 nobody waits in a collective for it), holds the same plan, was asked for the
@@ -28,6 +30,7 @@ __all__ = [
     "Agreed",
     "agree_on",
     "check_arguments",
+    "check_group",
     "comparison_mesh",
     "group_problems",
     "members_digest",
@@ -40,15 +43,34 @@ __all__ = [
 DISTINCT_NAME_LISTS = 64
 
 
-def check_arguments(
-    mesh: Any, sharded_dims: Sequence[str] | None, group: Any
-) -> tuple[str, ...] | None:
-    """Refuse, alike on every rank and before any collective, what is wrong in the arguments."""
+def check_group(group: Any) -> None:
+    """Refuse, before anything else, a call that cannot say which ranks it meets."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import DeviceMesh
 
     if not distributed():
         raise DistributedError("verify is a collective: initialise torch.distributed first")
+    if group is None:
+        return
+    if group is dist.GroupMember.NON_GROUP_MEMBER:
+        raise DistributedError(
+            f"this rank ({dist.get_rank()}) is not a member of the group given to verify "
+            "(torch.distributed.new_group gives ranks outside a group a placeholder): "
+            "call verify only on the group's ranks"
+        )
+    if not isinstance(group, dist.ProcessGroup):
+        raise DistributedError(f"group must be a ProcessGroup, got {type(group).__name__}")
+    if dist.get_rank(group) < 0:
+        raise DistributedError(
+            f"this rank ({dist.get_rank()}) is not a member of the group given to verify "
+            f"(its ranks: {dist.get_process_group_ranks(group)}): call verify only on "
+            "the group's ranks"
+        )
+
+
+def check_arguments(mesh: Any, sharded_dims: Sequence[str] | None) -> tuple[str, ...] | None:
+    """Refuse, before any collective, what is wrong in the mesh arguments; the sharded dims."""
+    from torch.distributed.device_mesh import DeviceMesh
+
     if mesh is not None and not isinstance(mesh, DeviceMesh):
         raise MeshError(f"mesh must be a torch DeviceMesh, got {type(mesh).__name__}")
     dims = None
@@ -58,21 +80,6 @@ def check_arguments(
             raise MeshError("sharded_dims name dims of a mesh: pass the mesh too")
         if dims and mesh.mesh_dim_names is None:
             raise MeshError("sharded_dims needs a DeviceMesh with mesh_dim_names")
-    if group is not None:
-        if group is dist.GroupMember.NON_GROUP_MEMBER:
-            raise DistributedError(
-                f"this rank ({dist.get_rank()}) is not a member of the group given to verify "
-                "(torch.distributed.new_group gives ranks outside a group a placeholder): "
-                "call verify only on the group's ranks"
-            )
-        if not isinstance(group, dist.ProcessGroup):
-            raise DistributedError(f"group must be a ProcessGroup, got {type(group).__name__}")
-        if dist.get_rank(group) < 0:
-            raise DistributedError(
-                f"this rank ({dist.get_rank()}) is not a member of the group given to verify "
-                f"(its ranks: {dist.get_process_group_ranks(group)}): call verify only on "
-                "the group's ranks"
-            )
     return dims
 
 

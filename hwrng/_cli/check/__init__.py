@@ -35,6 +35,7 @@ from hwrng._platform import Platform, collective_backend
 from hwrng._registry import get_platform
 from hwrng.hookspecs import hookimpl
 from hwrng.testing import DistributedPool, WorkerError
+from hwrng.verify._timeout import MAX_TIMEOUT_S, MAX_TIMEOUT_WORDS
 
 __all__ = ["cpu_rank_limit", "hwrng_register_commands", "run_check"]
 
@@ -45,13 +46,18 @@ RUN_SLACK_S = 60.0
 
 
 def _seconds(text: str) -> float:
-    """A positive, finite number of seconds."""
+    """A positive, finite number of seconds, at most what ``hwrng.verify`` takes."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    if value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_TIMEOUT_WORDS} (a collective's clock arithmetic overflows "
+            f"beyond about 7.4e9 s), got {text}"
+        )
     return value
 
 
@@ -203,8 +209,8 @@ def hwrng_register_commands(subcommands: argparse._SubParsersAction[Any]) -> Non
         default=DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
         help="how long a rank waits for the others: in hwrng.verify and in each collective "
-        f"(default {DEFAULT_TIMEOUT_S:g}); starting the ranks and each rank's run may take "
-        f"{RUN_SLACK_S:g} s more",
+        f"(default {DEFAULT_TIMEOUT_S:g}, at most {MAX_TIMEOUT_WORDS}); starting the ranks and "
+        f"each rank's run may take {RUN_SLACK_S:g} s more",
     )
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(func=run_check)

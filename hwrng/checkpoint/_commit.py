@@ -46,13 +46,22 @@ from hwrng.checkpoint._named import nonces_named
 from hwrng.checkpoint._sets import remove_whole, retire_whole, sets_in
 from hwrng.checkpoint._storage import Storage, storage_for
 
-__all__ = ["BATCH", "Decision", "agree", "choose", "in_reach", "release"]
+__all__ = [
+    "BATCH",
+    "Decision",
+    "agree",
+    "choose",
+    "decision_point",
+    "in_reach",
+    "pause_at_decision",
+    "release",
+]
 
 #: How many words one reduction carries (with one word for how many go in all).
 BATCH = 7
 
 #: Called on every rank of a commit once rank 0 has decided, before anything is agreed or
-#: moved (and by :func:`release` between its two reads): a test sets it to hold a commit at
+#: moved (and by :func:`release` after its first read): a test sets it to hold a commit at
 #: its decision point while another run lands and commits. ``None``: nothing is called.
 decision_point: Callable[[], None] | None = None
 
@@ -158,25 +167,33 @@ def choose(
         if not retired and not [nonce for nonce in present if nonce not in own[-1:]]:
             return Decision()
         named: set[int] = set()
-        files = [storage_for(checkpoint)] if checkpoint is not None else []
-        for stage in ("checkpoint", "every file in reach"):
-            if stage == "every file in reach":
-                decision = _decide(present, retired, named, own)
-                if checkpoint is not None and not decision.retire and not decision.remove:
-                    return decision
-                files = in_reach(directory, checkpoint)[len(files) :]  # the checkpoint: read
-            for storage, path in files:
-                found = nonces_named(storage, path)
-                if found is None:
-                    return _kept_all(
-                        directory,
-                        f"cannot tell which of them {storage.url_prefix}{path!r} names (a "
-                        "storage error, it cannot be read, or it is too large to search)",
-                    )
-                named |= found
-        return _decide(present, retired, named, own)
+        if checkpoint is not None:
+            named = _named_by([storage_for(checkpoint)])
+            decision = _decide(present, retired, named, own)
+            if not decision.retire and not decision.remove:
+                return decision
+        others = in_reach(directory, checkpoint)[0 if checkpoint is None else 1 :]
+        return _decide(present, retired, named | _named_by(others), own)
     except Exception as error:  # keeping every set is safe; rank 0 must reach the reduction
-        return _kept_all(directory, f"{type(error).__name__}: {error}")
+        return _kept_all(directory, str(error) if isinstance(error, _CannotTell) else repr(error))
+
+
+class _CannotTell(Exception):
+    """A file in reach whose names cannot be told."""
+
+
+def _named_by(files: list[tuple[Storage, str]]) -> set[int]:
+    """The nonces the ``files`` name; :class:`_CannotTell` naming the first that cannot be told."""
+    named: set[int] = set()
+    for storage, path in files:
+        found = nonces_named(storage, path)
+        if found is None:
+            raise _CannotTell(
+                f"cannot tell which of them {storage.url_prefix}{path!r} names (a storage "
+                "error, it cannot be read, or it is too large to search)"
+            )
+        named |= found
+    return named
 
 
 def agree(comm: Comm, decision: Decision) -> Decision:

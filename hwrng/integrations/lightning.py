@@ -368,7 +368,7 @@ def save_fabric(
     for), so a loop saving to ``step-<k>.ckpt`` keeps every checkpoint whole.
     ``fabric.save`` writes rank 0's dict and waits for every rank; only then
     does each ``RNGState`` commit (:meth:`hwrng.RNGState.commit` with ``path``:
-    the sets ``path`` no longer names go), so a save that fails or is cut
+    the sets no file beside ``path`` names go), so a save that fails or is cut
     short at any point leaves the previous checkpoint whole. Call it on every
     rank, as ``fabric.save``.
     """

@@ -38,16 +38,20 @@ def draws() -> list[Any]:
 
 
 def save_twice(
-    save: Callable[[int], object], settle: Callable[[int], object] | None = None
+    save: Callable[[int], object],
+    settle: Callable[[int], object] | None = None,
+    *,
+    saves: int = 2,
 ) -> dict[int, Any]:
-    """Save steps 1 and 2, the kill armed for step 2's save alone; what each rank draws after each.
+    """Save steps 1 and 2 (or up to ``saves``), the kill armed for the last save alone; what
+    each rank draws after each.
 
     ``settle(step)``, where given, runs after each save, unarmed (a rank keeping a first save's
     file aside, a barrier).
     """
     after: dict[int, Any] = {}
-    for step in (1, 2):
-        if step == 2:
+    for step in range(1, saves + 1):
+        if step == saves:
             arm()
         save(step)
         disarm()
@@ -68,8 +72,10 @@ def _rank0_writes_atomically(value: Any, path: str) -> None:
 # -- RNGState(directory=...) by hand: rank 0 writes the trainer's file -----------------------
 
 
-def by_hand_save(root: str, *, commit: bool = True) -> dict[int, Any]:
-    """Save twice to ``trainer.pt`` (and its per-rank folder), committing each (or not)."""
+def by_hand_save(root: str, *, commit: bool = True, saves: int = 3) -> dict[int, Any]:
+    """Save three times to ``trainer.pt`` (and its per-rank folder), committing each (or not):
+    the cut save, the third, retires the second's set and removes the first's, retired by the
+    second."""
     _seed()
     torch.rand(3)
     state = hwrng.RNGState(directory=os.path.join(root, "trainer.pt.hwrng"))
@@ -80,7 +86,7 @@ def by_hand_save(root: str, *, commit: bool = True) -> dict[int, Any]:
         if commit:
             state.commit()
 
-    return save_twice(save)
+    return save_twice(save, saves=saves)
 
 
 def by_hand_resume(root: str) -> Any:
@@ -188,8 +194,9 @@ DCP_SAME_DIR = SavePath(
 
 
 def by_hand_save_uncommitted(root: str) -> dict[int, Any]:
-    """:func:`by_hand_save` as code written before ``RNGState.commit`` existed: no commit."""
-    return by_hand_save(root, commit=False)
+    """:func:`by_hand_save` as code written before ``RNGState.commit`` existed: no commit
+    (two saves)."""
+    return by_hand_save(root, commit=False, saves=2)
 
 
 # -- hwrng.save per rank: each rank's file saved over in place ---------------------------------

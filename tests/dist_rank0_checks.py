@@ -128,7 +128,8 @@ def damaged_rank_file(directory: str, damage: str, on_mismatch: str) -> tuple[st
 
 def dead_set_of_a_larger_world(directory: str) -> list[list[str]]:
     """A 4-rank save killed before rank 2 wrote its file left rank-0, rank-1 and rank-3.pt;
-    2 ranks save and commit three times: what each commit left of that set."""
+    2 ranks save and commit three times: what each commit left of that set, in sight or
+    retired (``<folder>/<file>``)."""
     from hwrng.checkpoint._files import seal
 
     files = os.path.join(directory, "trainer.pt.hwrng")
@@ -148,5 +149,83 @@ def dead_set_of_a_larger_world(directory: str) -> list[list[str]]:
             torch.save({"rng": saved, "step": step}, os.path.join(directory, "trainer.pt"))
         state.commit()
         dist.barrier()  # every rank's removals are done
-        left.append(sorted(os.listdir(dead)) if os.path.isdir(dead) else [])
+        folders = [name for name in os.listdir(files) if name.startswith(os.path.basename(dead))]
+        left.append(
+            sorted(
+                f"{'retired' if '.retired-' in folder else 'in sight'}/{name}"
+                for folder in folders
+                for name in os.listdir(os.path.join(files, folder))
+            )
+        )
     return left
+
+
+def two_runs_with_a_commit_held(directory: str) -> tuple[str, str]:
+    """Two runs on one ``last.ckpt`` (each rank's two ``RNGState``): run A's commit is held at
+    its decision point, on every rank, while run B's file lands and B commits; then A goes on.
+    What loading ``last.ckpt`` (which names B's set) gives, then after A's next commit."""
+    import threading
+
+    from hwrng.checkpoint import _commit
+
+    files, last = os.path.join(directory, "last.ckpt.hwrng"), os.path.join(directory, "last.ckpt")
+    hwrng.manual_seed(67, _mesh(), sharded_dims=["tp"], platform="cpu")
+    old, new = hwrng.RNGState(directory=files), hwrng.RNGState(directory=files)
+
+    def land(saved: Any) -> None:
+        if dist.get_rank() == 0:
+            torch.save({"rng": saved}, last + ".tmp")
+            os.replace(last + ".tmp", last)
+        dist.barrier()
+
+    land(old.state_dict())
+    old.commit()
+    _move_everything()
+    a2 = old.state_dict()
+    _move_everything()
+    b1 = new.state_dict()
+    expected = _fingerprint()  # what last.ckpt, once it names b1, gives back
+    _move_everything()
+    land(a2)
+    reached, go = threading.Event(), threading.Event()
+    held: list[threading.Thread] = []
+    raised: list[BaseException] = []
+
+    def pause() -> None:
+        if held and threading.current_thread() is held[0]:
+            reached.set()
+            go.wait(120)
+
+    def commit_a() -> None:
+        try:
+            old.commit()
+        except BaseException as error:  # the held commit's failure is this check's result
+            raised.append(error)
+
+    _commit.decision_point = pause
+    try:
+        held.append(threading.Thread(target=commit_a, daemon=True))
+        held[0].start()
+        if not reached.wait(120):
+            return "A's commit never reached its decision point", ""
+        land(b1)
+        new.commit()
+        go.set()
+        held[0].join(120)
+    finally:
+        _commit.decision_point = None
+        go.set()
+    if raised or held[0].is_alive():
+        return f"A's commit failed: {raised}", ""
+    load = hwrng.RNGState(directory=files)
+    first = _outcome(
+        lambda: load.load_state_dict(torch.load(last, weights_only=True)["rng"]), expected
+    )
+    _move_everything()
+    old.state_dict()  # A's next save, its write never landing: b1 is still named
+    old.commit()
+    again = hwrng.RNGState(directory=files)
+    second = _outcome(
+        lambda: again.load_state_dict(torch.load(last, weights_only=True)["rng"]), expected
+    )
+    return first, second

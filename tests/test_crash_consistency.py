@@ -119,15 +119,12 @@ def test_the_documented_file_events_are_those_of_a_save(zygote: Zygote, tmp_path
     """docs/checkpoint.md lists the file events of a save in order: they are these."""
     matrix = run_matrix(zygote, jobs.BY_HAND, str(tmp_path), world=2, sample=2)
     text = DOCS.read_text()
+    nonces: list[str] = []  # in the order rank 0 first names them: this save's, then older
+    for _, name in matrix.events[0]:
+        for nonce in re.findall("[0-9a-f]{16}", name):
+            nonces += [] if nonce in nonces else [nonce]
+    labels = dict(zip(nonces, ["<nonce>", "<earlier>", "<earliest>"], strict=True))
     for rank, events in enumerate(matrix.events):
-        nonces: list[str] = []
-        for _, name in events:
-            nonces += [n for n in re.findall("save-[0-9a-f]{16}", name) if n not in nonces]
-        described = []
         for kind, name in events:
-            shown = name
-            for nonce, label in zip(nonces, ["save-<nonce>", "save-<earlier>"], strict=True):
-                shown = shown.replace(nonce, label)
-            described.append(f"{kind} {shown}")
-        for line in described:
+            line = f"{kind} {re.sub('[0-9a-f]{16}', lambda m: labels[m.group()], name)}"
             assert f"rank {rank}: {line}" in text or f"every rank: {line}" in text, line

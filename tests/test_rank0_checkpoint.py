@@ -219,4 +219,17 @@ def test_a_commit_removes_every_file_of_a_dead_save_of_a_larger_world(
     """The issue's case: the cleanup stopped at the first missing rank file, keeping rank-3.pt
     of a killed 4-rank save through every commit on 2 ranks."""
     left = pair.run(checks.dead_set_of_a_larger_world, str(tmp_path_factory.mktemp("dead")))
-    assert left == [[[], [], []]] * 2, left
+    retired = [
+        f"retired/{name}" for name in ("rank-0.pt", "rank-1.pt", "rank-3.pt", "rank-3.pt.tmp")
+    ]
+    assert left == [[retired, [], []]] * 2, left  # retired whole, then removed whole
+
+
+def test_two_runs_on_one_path_with_a_commit_held_at_its_decision_keep_the_landed_file(
+    pair: DistributedPool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The requeue case on 2 ranks: run A decides (run B's set named by no file yet), B's
+    ``last.ckpt`` lands and B commits, A goes on: ``last.ckpt`` resumes, also after A's next
+    commit."""
+    outcomes = pair.run(checks.two_runs_with_a_commit_held, str(tmp_path_factory.mktemp("held")))
+    assert outcomes == [("restored", "restored")] * 2, outcomes

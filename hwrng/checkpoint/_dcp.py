@@ -28,8 +28,8 @@ A checkpoint that one rank writes alone (Lightning, Fabric, accelerate:
 ``torch.save`` of rank 0's dict) cannot hold the other ranks' keys: give
 :class:`RNGState` a ``directory`` and each rank writes its own entry into a
 new set of files per save (``_sets``), while the trainer's file holds the
-shared entry, which names the set; :meth:`RNGState.commit` removes the other
-sets once the trainer's file is complete.
+shared entry, which names the set; :meth:`RNGState.commit` lets go the sets
+no file names once the trainer's file is complete (``_commit``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from hwrng._registry import platform_in_force
 from hwrng._seeding import current_seeding
 from hwrng.checkpoint._capture import state_dict
 from hwrng.checkpoint._checks import OnMismatch, Restore, check_on_mismatch, checked_plan, verdict
-from hwrng.checkpoint._commit import agree, choose
+from hwrng.checkpoint._commit import Decision, agree, choose, pause_at_decision
 from hwrng.checkpoint._files import seal, unseal
 from hwrng.checkpoint._job import (
     JOB_KEY,
@@ -69,7 +69,8 @@ from hwrng.checkpoint._sets import (
     has_own,
     rank_file,
     read_own,
-    remove_sets,
+    remove_retired,
+    retire_sets,
     write_own,
 )
 
@@ -165,7 +166,7 @@ class RNGState:
     new set there, ``<directory>/save-<nonce>/rank-<r>.pt``, never over a
     file an earlier checkpoint names, and the trainer's file holds the shared
     entry, which names the set. Once the trainer's file is complete, call
-    :meth:`commit` on every rank to remove the sets of earlier saves. Every
+    :meth:`commit` on every rank to let go the sets no file names. Every
     rank loads the trainer's file and calls :meth:`load_state_dict` (or
     :meth:`check`).
 
@@ -291,7 +292,7 @@ class RNGState:
         self._own.setdefault(directory, []).append(nonce)
 
     def commit(self, checkpoint: str | os.PathLike[str] | None = None) -> None:
-        """Say the trainer's write of the last save returned: remove the sets no checkpoint names.
+        """Say the trainer's write of the last save returned: let go the sets no file names.
 
         A collective (one ``all_reduce`` of eight words, which also makes every
         rank wait for the trainer's write): call it on every rank once the
@@ -301,16 +302,21 @@ class RNGState:
         every set is kept, so that a save that fails or is cut short at any
         point leaves whole the checkpoint the trainer still holds.
 
-        The retention rule (rank 0 decides, every rank removes its own files):
-        a set stays while a trainer's file in reach names it, and so do this
-        object's own sets newer than the newest one a trainer's file names
-        (writes still on their way); every other set of ``directory`` goes,
-        every file of it, whatever ranks are missing. A set's trainer's file is
-        read now, after the write, so an asynchronous write not yet done, a
-        second run whose newer file landed on the same path, and a second
-        trainer's file in the same directory keep their sets. This rank's own
-        file of the last save, if another run removed it meanwhile, is written
-        again.
+        The retention rule (rank 0 decides, every rank acts on its own files):
+        a set stays while a file in reach names it -- the trainer's file, a
+        copy of it, any file in the folder that holds ``directory`` or beside
+        ``checkpoint`` -- and so do this object's own sets newer than the
+        newest one a file names (writes still on their way). Every other set
+        goes in two steps: this commit *retires* it (renamed out of sight,
+        still loadable), and a later commit removes it, every file of it,
+        whatever ranks are missing, if its read -- made after the set was
+        retired -- still finds no file naming it. The files are read now,
+        after the write, so an asynchronous write not yet done, a second run
+        whose newer file landed on the same path, a second trainer's file in
+        the same directory and a copy keep their sets. This rank's own file of
+        the last save, if another run retired it meanwhile, is written again;
+        a file that cannot be told (a storage error) keeps every set, with a
+        warning.
 
         Nothing happens (and nothing is communicated) without a ``directory``
         (DCP: nothing to remove), or when no :meth:`state_dict` has written a
@@ -319,10 +325,10 @@ class RNGState:
         Parameters
         ----------
         checkpoint
-            The trainer's file of the last save (a path or fsspec URL): the
-            only file in reach. Without it, every file in the folder that
-            holds ``directory`` is in reach (``trainer.pt`` beside
-            ``trainer.pt.hwrng``); pass it when the trainer's files are kept
+            The trainer's file of the last save (a path or fsspec URL), read
+            first; it and the files beside it are in reach, as well as every
+            file in the folder that holds ``directory`` (``trainer.pt`` beside
+            ``trainer.pt.hwrng``). Pass it when the trainer's files are kept
             elsewhere.
         """
         if self.directory is None or self._saved is None:
@@ -332,15 +338,19 @@ class RNGState:
         rank, world_size = rank_and_size()
         comm = Comm(None, platform_in_force(self.platform))
         own = self._own.get(directory, [])
-        gone = agree(comm, choose(directory, checkpoint, own) if rank == 0 else [])
+        decided = choose(directory, checkpoint, own) if rank == 0 else Decision()
+        pause_at_decision()
+        decision = agree(comm, decided)
+        gone = {*decision.retire, *(n for n, _ in decision.remove)}
         self._own[directory] = [n for n in own if n not in gone]
-        remove_sets(directory, gone, rank, world_size)
+        retire_sets(directory, decision.retire, nonce, rank, world_size)
+        remove_retired(directory, decision.remove, rank, world_size)
         try:
-            if not has_own(directory, nonce, rank):  # removed by another run meanwhile
+            if not has_own(directory, nonce, rank):  # retired by another run meanwhile
                 write_own(directory, nonce, rank, entry)
         except (OSError, CheckpointError) as error:  # after the collective: warn, never hang
             warnings.warn(
-                f"hwrng: rank {rank}'s RNG file of the last save was removed (by another run "
+                f"hwrng: rank {rank}'s RNG file of the last save was retired (by another run "
                 f"saving to the same place?) and could not be written again: {error}; loading "
                 "that checkpoint will be refused on every rank, naming it",
                 HwrngWarning,

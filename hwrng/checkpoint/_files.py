@@ -10,13 +10,16 @@ unpickling anything: a torn write or a bit flip is never loaded.
 
 A file is written beside its destination and renamed over it once complete
 and flushed (:func:`write_atomically`): a failed or interrupted write leaves
-the previous file as it was. Replacing a regular file keeps its mode and
-owner; a new file follows the umask.
+the previous file as it was. The folder is then synced (:func:`sync_folder`),
+so that the rename itself survives a power loss: without that, the folder may
+come back holding the previous file. Replacing a regular file keeps its mode
+and owner; a new file follows the umask.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import os
@@ -29,7 +32,7 @@ import torch
 
 from hwrng._exceptions import CheckpointError
 
-__all__ = ["MAGIC", "regular_destination", "seal", "unseal", "write_atomically"]
+__all__ = ["MAGIC", "regular_destination", "seal", "sync_folder", "unseal", "write_atomically"]
 
 #: The first bytes of everything hwrng seals (the last two name the seal's version).
 MAGIC = b"hwrng\x00s1"
@@ -154,24 +157,57 @@ def _keep_identity(descriptor: int, destination: str, target: str) -> None:
     os.fchmod(descriptor, stat.S_IMODE(existing.st_mode))  # after chown, which may clear bits
 
 
+#: What ``fsync`` of a folder raises where the filesystem cannot sync a folder (nothing to do).
+_CANNOT_SYNC_FOLDERS = (errno.EINVAL, errno.ENOTSUP, errno.EBADF)
+
+
+def sync_folder(path: str) -> None:
+    """Make the names in the folder ``path`` durable: its renames, new files and removals.
+
+    A rename is an entry of a folder; until the folder is synced, a power loss
+    may leave the folder as it was before (the previous file back, a removed
+    one too). Nothing is done where the platform opens no folder
+    (``O_DIRECTORY`` missing: Windows) or the filesystem cannot sync one.
+
+    Raises
+    ------
+    OSError
+        If the folder cannot be opened or synced for any other reason.
+    """
+    directory_flag = getattr(os, "O_DIRECTORY", None)
+    if directory_flag is None:
+        return
+    descriptor = os.open(path or ".", os.O_RDONLY | directory_flag)
+    try:
+        os.fsync(descriptor)
+    except OSError as error:
+        if error.errno not in _CANNOT_SYNC_FOLDERS:
+            raise
+    finally:
+        os.close(descriptor)
+
+
 def write_atomically(target: str, blob: bytes, *, temporary: str | None = None) -> None:
     """Write ``blob`` beside the file ``target`` resolves to, and rename it over that file.
 
     Only a regular file (or nothing yet) is replaced, keeping its mode and
     owner; symbolic links are followed and survive. ``temporary`` names the
     file written first (in the destination's directory); by default a new
-    unique name.
+    unique name. The file is synced before the rename, and its folder after
+    it: once this returns, the new file survives a power loss.
 
     Raises
     ------
     CheckpointError
         Naming ``target`` and the cause; the previous file, if any, is unchanged
-        and no temporary file is left.
+        and no temporary file is left -- or, where only the sync of the folder
+        failed, saying that the new file is in place but may not survive a
+        power loss.
     """
     destination = regular_destination(target)
+    folder = os.path.dirname(destination)
     written: str | None = None
     try:
-        folder = os.path.dirname(destination)
         if temporary is None:
             descriptor, written = tempfile.mkstemp(
                 prefix=f".{os.path.basename(destination)}.", suffix=".tmp", dir=folder
@@ -201,3 +237,10 @@ def write_atomically(target: str, blob: bytes, *, temporary: str | None = None) 
         if written is not None:
             with contextlib.suppress(OSError):  # best effort: the save already failed
                 os.unlink(written)
+    try:
+        sync_folder(folder)
+    except OSError as error:
+        raise CheckpointError(
+            f"the RNG state was written to {target!r}, but its folder could not be synced, so "
+            f"the new file may not survive a power loss: {type(error).__name__}: {error}"
+        ) from error

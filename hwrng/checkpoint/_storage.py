@@ -7,6 +7,15 @@ A caching layer (``simplecache::``, ``filecache::``, ``blockcache::``) is looked
 through: hwrng reads and writes the target itself, so that what it reads is what
 is there now, not a copy cached earlier by this process.
 
+A storage error is never taken for "nothing there": only a missing file or
+folder reads as absent, and any other error (a refused permission, a failed
+request) is raised, so that a commit keeps every set and warns (``_commit``).
+
+Renames and removals are made durable where the storage has folders to sync:
+the local filesystem syncs the folder after each (``_files.sync_folder``); an
+object store reached through fsspec has no folders, and each of its writes is
+durable once it returns.
+
 Reading never opens anything but a regular file: a FIFO, a device or a
 directory where a file should be is refused after a ``stat``, without opening
 it (an ``open`` of a FIFO blocks until a writer comes), and a local file is
@@ -25,7 +34,7 @@ import stat
 from typing import Any
 
 from hwrng._exceptions import CheckpointError
-from hwrng.checkpoint._files import write_atomically
+from hwrng.checkpoint._files import sync_folder, write_atomically
 
 __all__ = ["Storage", "is_url", "storage_for"]
 
@@ -62,6 +71,8 @@ class Storage:
     """
 
     url_prefix = ""
+    #: Whether a folder is renamed in one step, every file in it at once (local: yes).
+    renames_folders = True
 
     def join(self, *parts: str) -> str:
         """``parts`` joined by this filesystem's separator."""
@@ -138,11 +149,40 @@ class Storage:
             "without opening it; remove it, or resume from another checkpoint"
         )
 
+    def make_folder(self, path: str) -> None:
+        """Create the folder ``path`` and those missing above it, each creation made durable."""
+        missing = []
+        folder = os.path.normpath(path)
+        while not os.path.isdir(folder):
+            missing.append(folder)
+            parent = os.path.dirname(folder)
+            if parent in ("", folder):
+                break
+            folder = parent
+        for folder in reversed(missing):
+            try:
+                os.mkdir(folder)
+            except FileExistsError:  # another rank made it, and syncs it
+                continue
+            self.sync_folder(os.path.dirname(folder))
+
+    def sync_folder(self, path: str) -> None:
+        """Make the renames, creations and removals in the folder ``path`` durable."""
+        sync_folder(path)
+
     def write_atomically(self, path: str, blob: bytes, temporary: str) -> None:
-        """Write ``blob`` to ``temporary`` beside ``path``, flush it, and rename it to ``path``."""
+        """Write ``blob`` to ``temporary`` beside ``path``, flush it, and rename it to ``path``.
+
+        The file and its folder (created if need be) are synced: once this
+        returns, the file survives a power loss.
+        """
         folder, _ = self.split(path)
-        os.makedirs(folder, exist_ok=True)
+        self.make_folder(folder)
         write_atomically(path, blob, temporary=temporary)
+
+    def rename(self, source: str, destination: str) -> None:
+        """Rename the file or folder ``source`` to ``destination`` (a name not in use)."""
+        os.rename(source, destination)
 
     def remove(self, path: str) -> None:
         """Remove the file (or link, FIFO, ...) ``path``; nothing if it is gone already."""
@@ -150,10 +190,15 @@ class Storage:
             with contextlib.suppress(FileNotFoundError):  # another process was first
                 os.unlink(path)
 
-    def remove_folder(self, path: str) -> None:
-        """Remove the folder ``path`` if it is empty; nothing otherwise."""
-        with contextlib.suppress(OSError):
+    def remove_folder(self, path: str) -> bool:
+        """Remove the folder ``path`` if it is empty; whether it is gone now."""
+        try:
             os.rmdir(path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return True
 
     def remove_tree(self, path: str) -> None:
         """Remove ``path`` and everything in it, as far as possible."""
@@ -164,6 +209,8 @@ class Storage:
 
 class _Fsspec(Storage):
     """A filesystem reached through fsspec (object stores have no folders, nor renames)."""
+
+    renames_folders = False
 
     def __init__(self, fs: Any, prefix: str) -> None:
         self.fs = fs
@@ -178,7 +225,7 @@ class _Fsspec(Storage):
     def kind(self, path: str) -> str | None:
         try:
             info = self.fs.info(path)
-        except (FileNotFoundError, OSError):
+        except FileNotFoundError:  # any other error is no answer, and is raised
             return None
         kind = info.get("type")
         return kind if kind in ("file", "directory") else f"a {kind!r} entry"
@@ -186,7 +233,7 @@ class _Fsspec(Storage):
     def names(self, path: str) -> list[str]:
         try:
             entries = self.fs.ls(path, detail=False)
-        except (FileNotFoundError, OSError):
+        except FileNotFoundError:  # any other error is no answer, and is raised
             return []
         return sorted(posixpath.basename(str(entry).rstrip("/")) for entry in entries)
 
@@ -206,8 +253,7 @@ class _Fsspec(Storage):
         folder, _ = self.split(path)
         written = self.join(folder, temporary)
         try:
-            with contextlib.suppress(FileExistsError, NotImplementedError):
-                self.fs.makedirs(folder, exist_ok=True)
+            self.make_folder(folder)
             with self.fs.open(written, "wb") as file:
                 file.write(blob)
             self.fs.mv(written, path)
@@ -219,14 +265,29 @@ class _Fsspec(Storage):
                 f"{type(error).__name__}: {error}"
             ) from error
 
+    def make_folder(self, path: str) -> None:
+        with contextlib.suppress(FileExistsError, NotImplementedError):
+            self.fs.makedirs(path, exist_ok=True)
+
+    def sync_folder(self, path: str) -> None:
+        """Nothing: an object store has no folder to sync (each write is durable on return)."""
+
+    def rename(self, source: str, destination: str) -> None:
+        self.fs.mv(source, destination, recursive=self.kind(source) == "directory")
+
     def remove(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(path)
 
-    def remove_folder(self, path: str) -> None:
-        if not self.names(path):
-            with contextlib.suppress(Exception):
+    def remove_folder(self, path: str) -> bool:
+        try:
+            if self.names(path):
+                return False
+            with contextlib.suppress(FileNotFoundError):
                 self.fs.rmdir(path)
+        except Exception:  # an object store may have no folder to remove, or refuse
+            return False
+        return True
 
     def remove_tree(self, path: str) -> None:
         with contextlib.suppress(Exception):

@@ -21,10 +21,11 @@ Lightning writes its checkpoint from rank 0 alone; each rank's own RNG entry
 goes into a folder beside it, ``<checkpoint>.hwrng/save-<nonce>/rank-<r>.pt``,
 written by that rank, a new set per save (the checkpoint holds the small entry
 every rank shares, which names its set), on the checkpoint's own filesystem
-(a local path, or an fsspec URL). After each save the sets the checkpoint no
-longer names go -- the checkpoint is read then, so a save that fails or is
-cut short, or whose write is still on its way (``AsyncCheckpointIO``), leaves
-the previous checkpoint whole.
+(a local path, or an fsspec URL). After each save the sets no file in the
+folder names go -- the files are read then, so a save that fails or is cut
+short, or whose write is still on its way (``AsyncCheckpointIO``), leaves the
+previous checkpoint whole, and a copy of a checkpoint (``cp epoch=3.ckpt
+best.ckpt``) keeps its set when Lightning removes the original.
 
 Requires ``pip install "hwrng[lightning]"``.
 """
@@ -42,6 +43,7 @@ from lightning.fabric.utilities.data import _set_sampler_epoch
 from hwrng._exceptions import HwrngWarning
 from hwrng._platform import Platform
 from hwrng.checkpoint import OnMismatch, RNGState
+from hwrng.checkpoint._commit import release
 from hwrng.checkpoint._storage import is_url, storage_for
 from hwrng.integrations._world import (
     MeshLike,
@@ -69,6 +71,15 @@ def rank_folder(checkpoint: str | os.PathLike[str]) -> str:
     return os.fspath(checkpoint).rstrip("/") + ".hwrng"
 
 
+def _is_file(path: str | os.PathLike[str]) -> bool | None:
+    """Whether ``path`` is a regular file (links followed); ``None`` where that cannot be told."""
+    try:
+        storage, where = storage_for(path)
+        return storage.kind(where) == "file"
+    except Exception:  # no answer: nothing is let go
+        return None
+
+
 def _resolved(checkpoint: str | os.PathLike[str]) -> str:
     """A local checkpoint's path with its links followed (``save_last="link"``); a URL as is."""
     text = os.fspath(checkpoint)
@@ -88,10 +99,12 @@ class HwrngCallback(pl.Callback):
       ``ModelCheckpoint``, ``OnExceptionCheckpoint``, yours) gets each rank's
       own entry in ``<checkpoint>.hwrng/save-<nonce>/rank-<r>.pt``, written by
       that rank into a new set per save, and the small entry all ranks share
-      (naming the set) in the checkpoint itself; after each save the sets the
-      checkpoint no longer names go (read then: an ``AsyncCheckpointIO``
-      write still on its way keeps the previous set), and the folder goes
-      when ``ModelCheckpoint`` removes the checkpoint. An fsspec ``dirpath``
+      (naming the set) in the checkpoint itself; after each save the sets no
+      file in the folder names go (read then: an ``AsyncCheckpointIO``
+      write still on its way keeps the previous set, and so does a copy such
+      as ``best.ckpt``), and the folder goes when ``ModelCheckpoint`` removes
+      the checkpoint, unless a file in the folder (a copy) still names a set
+      of it. An fsspec ``dirpath``
       gets the folder on its filesystem; a copy of the folder made with its
       links followed (``cp -rL``) finds its sets.
       ``trainer.fit(ckpt_path=...)`` gives each rank its own streams back, bit
@@ -166,7 +179,10 @@ class HwrngCallback(pl.Callback):
         ``Trainer.save_checkpoint(filepath)`` runs on every rank (ModelCheckpoint,
         OnExceptionCheckpoint and Lightning's docs require it) and asks the
         callbacks for their state before anything is written;
-        ``Strategy.remove_checkpoint`` runs on every rank and deletes on rank 0.
+        ``Strategy.remove_checkpoint`` runs on every rank and deletes on rank 0,
+        which then, if the file was there and is gone, lets go the sets of its
+        folder that no file beside it names (a copy keeps its set; a file that
+        Lightning did not remove, renamed by the user, keeps everything).
         Both are wrapped on this trainer's instances, once.
         """
         if getattr(trainer, "_hwrng_routed", False):
@@ -185,10 +201,11 @@ class HwrngCallback(pl.Callback):
                 state.directory = None
 
         def remove_checkpoint(filepath: Any) -> None:
+            # every rank wrote its file before the save's barrier: rank 0 acts for every rank
+            there = strategy.is_global_zero and _is_file(filepath)
             remove(filepath)
-            if strategy.is_global_zero:  # every rank wrote its file before the save's barrier
-                storage, folder = storage_for(rank_folder(filepath))
-                storage.remove_tree(folder)
+            if there and _is_file(filepath) is False:  # Lightning removed the file itself
+                release(rank_folder(filepath))
 
         trainer.save_checkpoint = save_checkpoint
         strategy.remove_checkpoint = remove_checkpoint
@@ -351,7 +368,7 @@ def save_fabric(
     for), so a loop saving to ``step-<k>.ckpt`` keeps every checkpoint whole.
     ``fabric.save`` writes rank 0's dict and waits for every rank; only then
     does each ``RNGState`` commit (:meth:`hwrng.RNGState.commit` with ``path``:
-    the sets ``path`` no longer names go), so a save that fails or is cut
+    the sets no file beside ``path`` names go), so a save that fails or is cut
     short at any point leaves the previous checkpoint whole. Call it on every
     rank, as ``fabric.save``.
     """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -46,11 +47,12 @@ def _fit(
     on_mismatch: str = "error",
     persistent_workers: bool = False,
     module: Module | None = None,
+    checkpoints: list[pl.Callback] | None = None,
 ) -> list[float]:
     # The pool's processes are the ranks: Lightning sees LOCAL_RANK and launches none of its own.
     os.environ["LOCAL_RANK"] = os.environ["RANK"]
     os.environ["NODE_RANK"] = "0"
-    callbacks: list[pl.Callback] = [
+    callbacks: list[pl.Callback] = checkpoints or [
         pl.callbacks.ModelCheckpoint(dirpath=directory, filename="{epoch}", save_top_k=-1),
         pl.callbacks.ModelCheckpoint(
             dirpath=directory, filename="{step}", every_n_train_steps=1, save_top_k=-1
@@ -98,6 +100,46 @@ def resume(directory: str, after_epoch: int, epochs: int, with_hwrng: bool) -> l
     """Fresh processes: resume from the checkpoint of ``after_epoch`` and train to ``epochs``."""
     path = str(Path(directory) / f"epoch={after_epoch}.ckpt")
     return _fit(directory + "-resumed", epochs, with_hwrng, path)
+
+
+class KeepByHand(pl.Callback):
+    """What users do with checkpoint files as training goes on (rank 0; every rank waits):
+    copy the best one, back up ``last.ckpt``, rename one to keep it."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        folder = self.directory
+        if trainer.is_global_zero and trainer.current_epoch == 1:
+            shutil.copy(folder / "epoch=0.ckpt", folder / "best.ckpt")
+        if trainer.is_global_zero and trainer.current_epoch == 2:
+            shutil.copy(folder / "last.ckpt", folder / "last-backup.ckpt")
+            os.rename(folder / "epoch=1.ckpt", folder / "keep-1.ckpt")
+        trainer.strategy.barrier()
+
+
+def train_keeping_copies(directory: str, epochs: int) -> list[float]:
+    """Top-k by a monitor (the newest epoch alone) and ``last.ckpt``, with copies kept by hand:
+    Lightning later removes ``epoch=0.ckpt`` and (renamed away) ``epoch=1.ckpt``, and
+    saves ``last.ckpt`` over. The losses of every step."""
+    checkpoints: list[pl.Callback] = [
+        pl.callbacks.ModelCheckpoint(
+            dirpath=directory,
+            filename="{epoch}",
+            monitor="step",
+            mode="max",
+            save_top_k=1,
+            save_last=True,
+        ),
+        KeepByHand(directory),
+    ]
+    return _fit(directory, epochs, True, None, checkpoints=checkpoints)
+
+
+def resume_from(path: str, epochs: int) -> list[float]:
+    """Fresh processes: resume from the checkpoint file ``path`` and train to ``epochs``."""
+    return _fit(path + "-resumed", epochs, True, path)
 
 
 def resume_refused_on_rank_1(directory: str, after_epoch: int, epochs: int) -> str:

@@ -170,14 +170,19 @@ def test_lightning_keeps_the_sets_of_the_checkpoints_it_keeps_and_no_more(
     zygote: Zygote, tmp_path: Path, asynchronous: bool
 ) -> None:
     """The retention rule after 3 epochs (``save_top_k=1``, ``save_last=True``): the top-k file
-    Lightning removed took its folder along; each kept checkpoint's folder holds the set it
-    names (and, asynchronously, the one before it: the last write landed after the last
-    commit)."""
+    Lightning removed took its folder along; each kept checkpoint's folder holds in sight the
+    set it names (and, asynchronously, the one before it: the last write landed after the last
+    commit), and ``last.ckpt``'s the set its last commit retired (removed by the next)."""
     save = jobs.lightning_async_save if asynchronous else jobs.lightning_save
     result = zygote.run(save, (str(tmp_path),), world=2, point=Point("/"), timeout=180)
     assert result.values() is not None, result.ranks
     names = sorted(p.name for p in tmp_path.iterdir())
     kept = ["epoch=2-step=6.ckpt", "epoch=2-step=6.ckpt.hwrng", "last.ckpt", "last.ckpt.hwrng"]
     assert names == kept, names
-    sets = {name: len(list((tmp_path / name).iterdir())) for name in names if "hwrng" in name}
-    assert sets == {"epoch=2-step=6.ckpt.hwrng": 1, "last.ckpt.hwrng": 2 if asynchronous else 1}
+    folders = {
+        name: [p.name for p in (tmp_path / name).iterdir()] for name in names if "hwrng" in name
+    }
+    in_sight = {name: sum(".retired-" not in f for f in found) for name, found in folders.items()}
+    retired = {name: sum(".retired-" in f for f in found) for name, found in folders.items()}
+    assert in_sight == {"epoch=2-step=6.ckpt.hwrng": 1, "last.ckpt.hwrng": 2 if asynchronous else 1}
+    assert retired == {"epoch=2-step=6.ckpt.hwrng": 0, "last.ckpt.hwrng": 1}

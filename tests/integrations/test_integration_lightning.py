@@ -136,3 +136,21 @@ def test_a_mid_epoch_resume_with_a_plain_loader_warns_that_lightning_replays_its
     directory, _ = trained[True]
     warned = fresh.run(checks.resume_mid_epoch, directory, 1, EPOCHS)
     assert all(any("serves the epoch's first batches again" in w for w in ws) for ws in warned)
+
+
+def test_copies_and_renames_of_checkpoints_resume_after_lightning_removes_the_originals(
+    fresh: DistributedPool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``cp epoch=0.ckpt best.ckpt``, ``cp last.ckpt last-backup.ckpt`` and ``mv epoch=1.ckpt
+    keep-1.ckpt`` as training goes on (top-k by a monitor, ``save_last``): when Lightning
+    removed the original (or, renamed, removed nothing) or saved ``last.ckpt`` over, hwrng
+    removed the set, and each copy was refused."""
+    directory = str(tmp_path_factory.mktemp("kept") / "ckpt")
+    epochs = 4
+    losses = fresh.run(checks.train_keeping_copies, directory, epochs)
+    assert not Path(directory, "epoch=0.ckpt").exists()  # Lightning removed the originals
+    assert not Path(directory, "epoch=1.ckpt").exists()
+    for name, after_epoch in (("best.ckpt", 0), ("last-backup.ckpt", 1), ("keep-1.ckpt", 1)):
+        resumed = fresh.run(checks.resume_from, str(Path(directory, name)), epochs)
+        expected = [per_rank[(after_epoch + 1) * STEPS :] for per_rank in losses]
+        assert resumed == expected, name

@@ -194,7 +194,7 @@ def prepare_rng(
     def save_and_commit(*args: Any, **kwargs: Any) -> Any:
         saving.clear()
         location = save_state(*args, **kwargs)
-        # every process is past its writes: the sets the entry file no longer names can go
+        # every process is past its writes: sets no file in reach names can go (retention rule)
         state.commit(saving[0] if saving else None)
         return location
 

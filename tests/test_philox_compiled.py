@@ -470,7 +470,9 @@ def test_the_kernels_cache_in_the_user_directory_or_compile_uncached(
 
     if not hasattr(numba.config, "CACHE_LOCATOR_CLASSES"):
         pytest.skip("this numba cannot be told which cache locator to use")
+    monkeypatch.delenv(compiled.SETTING, raising=False)
     monkeypatch.setattr(kernels, "cache_error", None)
+    monkeypatch.setattr(kernels, "cache_dir", kernels.cache_dir)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(numba.config, "CACHE_LOCATOR_CLASSES", "UserWideCacheLocator")
     out = np.zeros(8, dtype=np.bool_)
@@ -480,6 +482,7 @@ def test_the_kernels_cache_in_the_user_directory_or_compile_uncached(
     user_wide(out, starts, 8, *key, np.uint64(2**31))
     assert kernels.cache_error is None
     assert list((tmp_path / "cache" / "numba").rglob("*bernoulli*.nbi"))
+    assert f"(cached in {tmp_path / 'cache' / 'numba'}" in philox.cpu_path()
     again = kernels._kernel(kernels.bernoulli.py_func)  # another process, as it were
     again(out, starts, 8, *key, np.uint64(2**31))
     assert sum(again.stats.cache_hits.values()) == 1
@@ -492,4 +495,4 @@ def test_the_kernels_cache_in_the_user_directory_or_compile_uncached(
     assert kernels.cache_error is not None and "no locator available" in kernels.cache_error
     uncached(out, starts, 8, *key, np.uint64(2**31))
     assert out.tolist() == expected.tolist()
-    assert "not cached: cannot cache function" in philox.cpu_path()
+    assert "(not cached: numba can write its cache nowhere here" in philox.cpu_path()

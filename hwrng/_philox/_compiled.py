@@ -144,9 +144,10 @@ def describe() -> str:
     if reason is not None:
         return f"tensor ops ({reason}; for the compiled path: {_INSTALL})"
     version = importlib.metadata.version("numba")
-    cache = _kernels().cache_error
-    where = "cached on disk" if cache is None else f"not cached: {cache}"
-    return f"compiled with numba {version} ({where})"
+    kernels = _kernels()
+    if kernels.cache_error is not None:
+        return f"compiled with numba {version} (not cached: {kernels.cache_error})"
+    return f"compiled with numba {version} (cached in {kernels.cache_dir})"
 
 
 def serves(index: object) -> bool:

@@ -616,17 +616,21 @@ def _trunc64_group(params, j, w0, w1, w2, w3):
 
 def _kernel(function):
     """``function`` compiled by numba, cached on disk where numba finds a writable place."""
+    global cache_error, cache_dir
     dispatcher = njit(**_OPTIONS)(function)
-    global cache_error
     try:
         dispatcher.enable_caching()
     except RuntimeError as error:  # no writable cache directory: compile in every process
-        cache_error = str(error)
+        cache_error = f"numba can write its cache nowhere here ({error}); set NUMBA_CACHE_DIR"
+    else:
+        cache_dir = getattr(getattr(dispatcher, "_cache", None), "_cache_path", None)
     return dispatcher
 
 
 #: why numba could not cache the kernels on disk (None: it can)
 cache_error: str | None = None
+#: where it caches them (numba's choice: see hwrng._philox._compiled)
+cache_dir: str | None = None
 
 
 @_kernel

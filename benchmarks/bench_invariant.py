@@ -53,14 +53,14 @@ def _cases(x: torch.Tensor, spec: hwrng.ShardSpec) -> dict[str, dict[str, Callab
 
 
 _SETTING = "HWRNG_INVARIANT_CPU"
+_GIVEN = os.environ.get(_SETTING)  # the path as the environment chose it
 
 
 def _path(value: str | None) -> Callable[[], None]:
-    """Set hwrng's CPU path for the next sample (None: as the environment had it)."""
-    saved = os.environ.get(_SETTING)
+    """Set hwrng's CPU path for the next sample (None: as the environment chose it)."""
 
     def switch() -> None:
-        chosen = saved if value is None else value
+        chosen = _GIVEN if value is None else value
         if chosen is None:
             os.environ.pop(_SETTING, None)
         else:

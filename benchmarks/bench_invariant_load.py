@@ -12,7 +12,7 @@ the median of the processes' ratios and their range.
 hwrng's ops are timed on each of its CPU paths (``--paths``, in the same
 processes, switched by ``HWRNG_INVARIANT_CPU`` between calls): ``compiled``,
 the kernels numba compiles (``hwrng._philox._compiled``), and ``tensor``, the
-generic path of torch tensor ops. ``--compile-cost`` measures instead what the
+generic path of torch tensor ops. ``--compile-cost`` also measures what the
 compiled path's first call costs in a fresh process: numba's compilation with
 an empty cache, then the load from its on-disk cache.
 
@@ -23,7 +23,7 @@ Usage::
     python3 benchmarks/bench_invariant_load.py --paths compiled      # the compiled path only
     python3 benchmarks/bench_invariant_load.py --hwrng-threads process   # the tensor ops on the
                                                                         # process's threads
-    python3 benchmarks/bench_invariant_load.py --compile-cost
+    python3 benchmarks/bench_invariant_load.py --compile-cost --procs     # first calls only
 
 ``--threads`` is each process's ``torch.set_num_threads`` (what torch's ops
 run on). Both of hwrng's CPU paths run on one thread whatever it is (the
@@ -266,14 +266,14 @@ def render(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--procs", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--procs", type=int, nargs="*", default=[1, 8], help="none: no settings")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--hwrng-threads", choices=("one", "process"), nargs="+", default=["one"])
     parser.add_argument("--paths", choices=PATHS, nargs="+", default=list(PATHS))
     parser.add_argument("--log2", type=int, default=24)
     parser.add_argument("--samples", type=int, default=7)
     parser.add_argument(
-        "--compile-cost", action="store_true", help="measure the compiled path's first call only"
+        "--compile-cost", action="store_true", help="also measure the compiled path's first call"
     )
     parser.add_argument("--out", type=Path, help="write NAME.md and NAME.json here")
     parser.add_argument("--name", default=None, help="the results' file name (no suffix)")
@@ -289,25 +289,24 @@ def main(argv: list[str] | None = None) -> int:
                 + f"  (total {sum(cost.values()):.2f} s)",
                 flush=True,
             )
-    else:
-        for procs in args.procs:
-            for threads in args.threads:
-                for hwrng_threads in args.hwrng_threads:
-                    row = measure(
-                        procs, threads, args.log2, args.samples, hwrng_threads, paths=args.paths
+    for procs in args.procs:
+        for threads in args.threads:
+            for hwrng_threads in args.hwrng_threads:
+                row = measure(
+                    procs, threads, args.log2, args.samples, hwrng_threads, paths=args.paths
+                )
+                rows.append(row)
+                print(
+                    f"{procs} procs, torch threads {threads}: "
+                    + "  ".join(
+                        f"{op} {path} {row[op][path]['hwrng_ms']:.0f}/"
+                        f"{row[op]['torch_ms']:.0f} ms = {row[op][path]['ratio']:.2f}x"
+                        for op in OPS
+                        for path in args.paths
                     )
-                    rows.append(row)
-                    print(
-                        f"{procs} procs, torch threads {threads}: "
-                        + "  ".join(
-                            f"{op} {path} {row[op][path]['hwrng_ms']:.0f}/"
-                            f"{row[op]['torch_ms']:.0f} ms = {row[op][path]['ratio']:.2f}x"
-                            for op in OPS
-                            for path in args.paths
-                        )
-                        + f"  (load {row['load_before']:.1f} -> {row['load_after']:.1f})",
-                        flush=True,
-                    )
+                    + f"  (load {row['load_before']:.1f} -> {row['load_after']:.1f})",
+                    flush=True,
+                )
     if args.out:
         header = {"device": "cpu", **machine()}
         command = "python3 benchmarks/bench_invariant_load.py " + " ".join(

@@ -379,6 +379,18 @@ def test_empty_tiny_and_handed_over_calls() -> None:
             op(torch.arange(5), out=strided)
         with pytest.raises(hwrng.InvalidValueError, match=">= 0"):
             op(torch.tensor([3, -1]))
+    # an out written in place counts as modified for autograd; a leaf needing grad is refused
+    for name, op in ops.items():
+        target = torch.empty(5, dtype=torch.bool if name == "bernoulli" else None)
+        dtype = {"normal": torch.float64, "trunc_normal": torch.bfloat16}.get(name)
+        target = target if dtype is None else target.to(dtype)
+        version = target._version
+        op(torch.arange(5), out=target)
+        assert target._version > version, name
+        leaf = torch.empty(5, dtype=target.dtype, requires_grad=name != "bernoulli")
+        if leaf.requires_grad:
+            with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+                op(torch.arange(5), out=leaf)
     source = torch.randn(6, 4).t()  # not contiguous: handed over
     index = philox.flat_index([torch.arange(4), torch.arange(6)], (4, 6))
     for values, expected in zip(

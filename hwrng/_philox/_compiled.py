@@ -197,12 +197,18 @@ def _runs(index: Indices) -> tuple[np.ndarray[Any, Any], int]:
 
 
 def _fits(out: torch.Tensor | None, shape: tuple[int, ...]) -> bool:
-    """Whether ``out`` is absent, or a plain contiguous CPU tensor of ``shape`` to write into."""
+    """Whether ``out`` is absent, or a plain contiguous CPU tensor of ``shape`` to write into.
+
+    A tensor autograd would refuse to write in place (a leaf that requires
+    grad, with grad enabled) goes to the generic path, which refuses it as
+    torch does.
+    """
     return out is None or (
         type(out) is torch.Tensor
         and out.device.type == "cpu"
         and tuple(out.shape) == shape
         and out.is_contiguous()
+        and not (out.requires_grad and torch.is_grad_enabled())
     )
 
 
@@ -232,6 +238,10 @@ def _draw(
     fill(buffer.detach().view(-1).numpy(), starts, length)
     if buffer is not result:
         result.copy_(buffer)
+    elif out is not None and not out.is_inference():
+        # written through NumPy: tell autograd, as an in-place op would (a tensor saved for a
+        # backward pass and then refilled is then refused there, not silently used)
+        torch.autograd.graph.increment_version(out)
     return result
 
 

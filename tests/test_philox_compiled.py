@@ -401,6 +401,8 @@ def test_empty_tiny_and_handed_over_calls() -> None:
         assert torch.equal(values, expected) and values.stride() == expected.stride()
     with pytest.raises(hwrng.InvalidValueError, match="has shape"):
         compiled.dropout(3, 8, torch.arange(5), torch.ones(4), 0.5)
+    needs_grad = torch.ones(5, requires_grad=True)  # its output joins the graph, as torch's
+    assert philox.dropout(3, 8, torch.arange(5), needs_grad, 0.5)[0].grad_fn is not None
 
 
 # -- what the compiler made of the kernels ----------------------------------------------------

@@ -410,6 +410,7 @@ def dropout(
         source.device.type != "cpu"
         or type(source) is not torch.Tensor
         or not source.is_contiguous()
+        or (source.requires_grad and torch.is_grad_enabled())  # its output joins the graph
     ):
         return generic.dropout(seed, position, index, source, p)
     kept = bernoulli_mask(seed, position, index, 1.0 - p)

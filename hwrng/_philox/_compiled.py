@@ -11,10 +11,10 @@ takes this path; the generic path stays the reference, and the fallback:
   for tests of the reference); ``compiled`` requires this one (an op refuses
   to run without numba); ``auto`` (the default) takes it where numba imports;
 * a call this path does not serve -- an output that is not a plain contiguous
-  CPU tensor of the values' shape, an input that is not contiguous, a fake or
-  tracing dispatch mode in force (its tensors are not memory), an op with
-  nothing to draw -- goes to the generic path, which computes (or refuses) it
-  as always.
+  CPU tensor of the values' shape, a dropout input that is not contiguous,
+  either requiring grad while grad is enabled, a fake or tracing dispatch
+  mode in force (its tensors are not memory), an op with nothing to draw --
+  goes to the generic path, which computes (or refuses) it as always.
 
 numba compiles a kernel on its first call in a process, or loads it from its
 on-disk cache (``cache=True``: ``__pycache__`` beside the kernels' module, or,

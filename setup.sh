@@ -2,7 +2,8 @@
 # Set up hwrng for development on this machine: torch first (the CPU build,
 # pinned, only when no torch is installed -- an unpinned torch pulls several GB
 # of CUDA packages), then every distribution of the repository in editable mode,
-# in one pip command: hwrng (with its test and dev tools), the conformance suite
+# in one pip command: hwrng (with its test and dev tools; the test extra brings
+# numba, for the invariant ops' compiled CPU path), the conformance suite
 # and the CUDA and NPU backends (never torch-npu: without Ascend CANN it breaks
 # `import torch` itself).
 set -euo pipefail

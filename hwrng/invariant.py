@@ -431,6 +431,7 @@ def _dropout_draw(
     both draw through it, so they agree bit for bit.
     """
     dropout_parameters(input.dtype, p)
+    _philox.check_cpu_path()
     index = _shard_indices(input, spec)
     region = _position(spec, generator, platform, choose_seed)
     record_draw()

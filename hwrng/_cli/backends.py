@@ -1,4 +1,8 @@
-"""``hwrng backends``: every registered platform, whether it can run here, and which is chosen."""
+"""``hwrng backends``: every registered platform, whether it can run here, and which is chosen.
+
+It also says which path the invariant ops take on the CPU: the kernels numba
+compiles, or torch's tensor ops (and why).
+"""
 
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ def run_backends(args: argparse.Namespace) -> int:
             table,
         )
     )
+    print(f"\ninvariant ops on the CPU: {_invariant_cpu_path()}")
     if registry.disabled_plugins:
         print(f"\ndisabled by HWRNG_DISABLE_PLUGINS: {', '.join(registry.disabled_plugins)}")
     try:
@@ -50,6 +55,16 @@ def run_backends(args: argparse.Namespace) -> int:
     except HwrngError as error:
         print(f"\nselected: none ({error})")
     return 0
+
+
+def _invariant_cpu_path() -> str:
+    """Which path ``hwrng.invariant``'s ops take on the CPU, and why (numba or tensor ops)."""
+    from hwrng import _philox
+
+    try:
+        return _philox.cpu_path()
+    except HwrngError as error:  # an unknown HWRNG_INVARIANT_CPU: what every op would say
+        return f"refused ({error})"
 
 
 @hookimpl

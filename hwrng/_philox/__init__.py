@@ -15,8 +15,11 @@ The family's modules, each importing only those above it in this list:
 * ``_distributions``: the generic path (uniform, normal, Bernoulli, truncated
   normal, dropout) in plain torch ops;
 * ``_triton``: the fused CUDA kernel of the same five ops;
+* ``_numba_kernels`` and ``_compiled``: the same ops on the CPU, compiled by
+  numba where it is installed (``_compiled`` is the typed face; numba is
+  imported on the first op on the CPU, never at import);
 * ``_choose``: the ops as hwrng calls them, the one place that picks the fused
-  kernel or the generic path.
+  kernel, the compiled CPU kernels or the generic path.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from hwrng._philox._bits import block_words, philox4x32_10
 from hwrng._philox._choose import (
     Draw,
     bernoulli_mask,
+    check_cpu_path,
+    cpu_path,
     drawer,
     dropout,
     normal,
@@ -49,8 +54,10 @@ __all__ = [
     "ShardIndices",
     "bernoulli_mask",
     "block_words",
+    "check_cpu_path",
     "check_dim_indices",
     "check_parameters",
+    "cpu_path",
     "drawer",
     "dropout",
     "flat_index",

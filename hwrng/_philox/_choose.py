@@ -1,9 +1,11 @@
-"""The Philox ops as the rest of hwrng calls them: the one place that chooses fused or generic.
+"""The Philox ops as the rest of hwrng calls them: the one place that chooses the path.
 
 A shard described by :class:`~hwrng._philox._index.ShardIndices` goes to the
-fused Triton kernel where it can serve the shard's device; everything else
-(index tensors, and shards elsewhere) takes the generic path. Both give the
-same values, bit for bit.
+fused Triton kernel where it can serve the shard's device; values on the CPU
+go to the kernels numba compiles (:mod:`hwrng._philox._compiled`) where numba
+imports and ``HWRNG_INVARIANT_CPU`` does not say ``tensor``; everything else
+takes the generic path of tensor ops, the reference. All give the same
+values, bit for bit.
 """
 
 from __future__ import annotations
@@ -12,31 +14,65 @@ from collections.abc import Callable
 
 import torch
 
+from hwrng._philox import _compiled as compiled
 from hwrng._philox import _distributions as generic
 from hwrng._philox import _triton as fused
 from hwrng._philox._index import Indices, ShardIndices
 from hwrng._philox._parameters import check_parameters
 
-__all__ = ["Draw", "bernoulli_mask", "drawer", "dropout", "normal", "trunc_normal", "uniform"]
+__all__ = [
+    "Draw",
+    "bernoulli_mask",
+    "check_cpu_path",
+    "cpu_path",
+    "drawer",
+    "dropout",
+    "normal",
+    "trunc_normal",
+    "uniform",
+]
 
 #: what :func:`drawer` returns: ``draw(seed, position, index, out=None)``
 Draw = Callable[..., torch.Tensor]
 
 
+def cpu_path() -> str:
+    """Which path the ops take for values on the CPU, and why, in words (``hwrng backends``).
+
+    ``compiled with numba X.Y (...)`` or ``tensor ops (why)``: see
+    :mod:`hwrng._philox._compiled`. Imports numba where it is installed.
+    """
+    return compiled.describe()
+
+
+def check_cpu_path() -> None:
+    """Refuse an unknown ``HWRNG_INVARIANT_CPU`` (or ``compiled`` without numba), before an op.
+
+    The ops read the setting as they draw; a caller that moves a generator
+    first (``hwrng.invariant``) calls this before it does.
+    """
+    compiled.check_setting()
+
+
 def _dispatch(
     index: Indices,
     on_shard: Callable[[ShardIndices], torch.Tensor],
+    compiled_path: Callable[[Indices], torch.Tensor],
     generic_path: Callable[[Indices], torch.Tensor],
     out: torch.Tensor | None,
 ) -> torch.Tensor:
-    """``on_shard(index)`` where the fused kernel serves the shard, else the generic path.
+    """``on_shard(index)``, or the compiled CPU path, or the generic path: the first that serves.
 
-    The fused kernel's values are copied into ``out`` when one is given; the
-    generic path writes into it directly.
+    The fused kernel serves a described shard on its device; the compiled path
+    values on the CPU where numba imports (``_compiled.serves``). The fused
+    kernel's values are copied into ``out`` when one is given; the other paths
+    write into it directly.
     """
     if isinstance(index, ShardIndices) and fused.available(index.device):
         values = on_shard(index)
         return values if out is None else out.copy_(values)
+    if compiled.serves(index):
+        return compiled_path(index)
     return generic_path(index)
 
 
@@ -85,6 +121,7 @@ def uniform(
         lambda s: fused.uniform(
             seed, position, s.dims, s.shape, dtype, low=low, high=high, ranges=s.ranges
         ),
+        lambda i: compiled.uniform(seed, position, i, dtype, low=low, high=high, out=out),
         lambda i: generic.uniform(seed, position, i, dtype, low=low, high=high, out=out),
         out,
     )
@@ -130,6 +167,7 @@ def normal(
         lambda s: fused.normal(
             seed, position, s.dims, s.shape, dtype, mean=mean, std=std, ranges=s.ranges
         ),
+        lambda i: compiled.normal(seed, position, i, dtype, mean=mean, std=std, out=out),
         lambda i: generic.normal(seed, position, i, dtype, mean=mean, std=std, out=out),
         out,
     )
@@ -170,6 +208,7 @@ def bernoulli_mask(
     return _dispatch(
         index,
         lambda s: fused.bernoulli_mask(seed, position, s.dims, s.shape, p, ranges=s.ranges),
+        lambda i: compiled.bernoulli_mask(seed, position, i, p, out=out),
         lambda i: generic.bernoulli_mask(seed, position, i, p, out=out),
         out,
     )
@@ -181,13 +220,15 @@ def dropout(
     """Dropout of ``source`` (``0 < p < 1``), the values at ``index``: the output and its mask.
 
     In one launch of the fused kernel where it serves the shard (the input
-    read, the mask drawn and the output written in one pass), else the
-    generic path. See :func:`hwrng._philox._distributions.dropout`.
+    read, the mask drawn and the output written in one pass), else by the
+    compiled CPU path or the generic path. See :func:`hwrng._philox._distributions.dropout`.
     """
     if isinstance(index, ShardIndices) and fused.available(index.device):
         return fused.dropout(
             seed, position, index.dims, index.shape, source, p, ranges=index.ranges
         )
+    if compiled.serves(index):
+        return compiled.dropout(seed, position, index, source, p)
     return generic.dropout(seed, position, index, source, p)
 
 
@@ -238,6 +279,9 @@ def trunc_normal(
         lambda s: fused.trunc_normal(
             seed, position, s.dims, s.shape, dtype, mean=mean, std=std, a=a, b=b, ranges=s.ranges
         ),
+        lambda i: compiled.trunc_normal(
+            seed, position, i, dtype, mean=mean, std=std, a=a, b=b, out=out
+        ),
         lambda i: generic.trunc_normal(
             seed, position, i, dtype, mean=mean, std=std, a=a, b=b, out=out
         ),
@@ -255,6 +299,7 @@ def drawer(op: str, dtype: torch.dtype, **parameters: float | torch.Tensor) -> D
     caller refuse bad input before it moves a generator to draw.
     """
     check_parameters(op, dtype, **parameters)
+    check_cpu_path()
     if op == "bernoulli":
         p = parameters["p"]
 

@@ -57,7 +57,15 @@ from hwrng._philox._parameters import (
     uniform_parameters,
 )
 
-__all__ = ["bernoulli_mask", "dropout", "normal", "trunc_normal", "uniform"]
+__all__ = [
+    "bernoulli_mask",
+    "checked_indices",
+    "dropout",
+    "normal",
+    "thresholds",
+    "trunc_normal",
+    "uniform",
+]
 
 #: writes the values of a batch of ``n`` blocks, from their ``(4, n)`` words (high halves
 #: garbage, free to overwrite), into ``dest`` of shape ``(n, per_block)``
@@ -533,8 +541,16 @@ def normal(
     return _draw(seed, position, index, 4, dtype=dtype, table=table32, out=out)
 
 
-def _thresholds(p: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``round(p * 2**32)`` (ties to even) as int64: exact, in float32 unless ``p`` is float64."""
+def thresholds(p: torch.Tensor, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """The int64 thresholds ``round(p * 2**32)`` (ties to even) of probabilities ``p``.
+
+    Exact: computed in float32 unless ``p`` is float64. Refused unless ``p``
+    (a checked tensor of probabilities) broadcasts to the values' ``shape``.
+    """
+    if not probabilities_broadcast(p.shape, shape):
+        raise InvalidValueError(
+            f"probabilities of shape {tuple(p.shape)} do not broadcast to the index's shape {shape}"
+        )
     wide = torch.float64 if p.dtype == torch.float64 else _F32
     return torch.round(p.to(device=device, dtype=wide) * 2.0**32).to(torch.int64)
 
@@ -575,12 +591,7 @@ def bernoulli_mask(
     index = checked_indices(index)
     single = probability(p)
     if isinstance(p, torch.Tensor):
-        shape = index_shape(index)
-        if not probabilities_broadcast(p.shape, shape):
-            raise InvalidValueError(
-                f"probabilities of shape {tuple(p.shape)} do not broadcast to the index's "
-                f"shape {shape}"
-            )
+        limits = thresholds(p, index_shape(index), index.device)
         words = _draw(
             seed,
             position,
@@ -589,7 +600,7 @@ def bernoulli_mask(
             dtype=torch.int64,
             table=lambda w, dest: _to_lanes(w.bitwise_and_(MASK32), dest),
         )
-        mask = words < _thresholds(p, index.device)
+        mask = words < limits
         return mask if out is None else out.copy_(mask)
     word, _ = _makers(index.device)
     k_mask, k_threshold = word(MASK32), word(round(single * 2**32))

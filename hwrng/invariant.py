@@ -16,6 +16,9 @@ Each op reads the generator's ``(seed, offset)`` as :class:`~hwrng.OffsetTracker
 does, draws at that position, and moves every rank's generator to ``offset +
 advance(spec)``: the tensor's size rounded up to 4, the same on every layout,
 so the next op's position -- and numbers -- do not depend on the sharding.
+The one exception is :func:`dropout` with nothing to draw (``p = 0``, ``p = 1``
+or ``training=False``, contract 3): it draws nothing and leaves the generator
+where it is, as torch's dropout does, on every layout alike.
 Invariant ops and ordinary tracked ops interleave safely: positions only grow,
 and invariant blocks live in a counter domain of their own. (An ordinary
 tracked op's advance depends on the layout, so invariance holds across layouts
@@ -23,10 +26,12 @@ for the invariant ops of a program and the local draws between them.)
 
 The numbers are not ``torch.rand``'s: the ordinary (default) mode keeps
 torch's numbers where shards are even; invariant mode gives up that
-compatibility for invariance. Cost: on the CPU the Philox rounds run as
-tensor ops (see the benchmarks for the ratio to torch's own kernels); the
-elementary functions are hwrng's own, built from correctly rounded
-operations, so no library function decides a bit. The ops refuse to be
+compatibility for invariance. Cost: on the CPU the ops run compiled kernels
+when numba is installed (``hwrng[fast]``; ``hwrng backends`` says which path
+runs, ``HWRNG_INVARIANT_CPU`` chooses) and torch tensor ops otherwise, the
+same bits either way (see the benchmarks for the ratios to torch's own
+kernels); the elementary functions are hwrng's own, built from correctly
+rounded operations, so no library function decides a bit. The ops refuse to be
 captured into a CUDA graph (a replay would repeat the numbers).
 
 Under ``torch.compile`` every op (and :func:`global_index`) runs eagerly:

@@ -35,6 +35,10 @@ ALLOWED = {
     ("hwrng._philox._triton", "cpu"): (
         "the Triton kernel's own device check: its interpreter runs on CPU tensors only"
     ),
+    ("hwrng._philox._compiled", "cpu"): (
+        "the numba kernels' own device check: they read and write host memory through NumPy "
+        "views, which only CPU tensors have"
+    ),
     ("hwrng.testing", "gloo"): (
         "a collective backend name: GLOO_SOCKET_IFNAME is gloo's own setting, for gloo ranks"
     ),

@@ -83,14 +83,14 @@ def test_an_old_version_string_alone_refuses_nothing(monkeypatch: pytest.MonkeyP
 def test_run_dtensor_rng_op_is_hooked_exactly_where_torch_has_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """torch 2.10-2.12 have no run_dtensor_rng_op: every DTensor random op runs in the region,
-    and the tracker's _compute_rng_offsets is not needed. From 2.13 torch routes accelerator
+    """torch 2.10 and 2.11 have no run_dtensor_rng_op: every DTensor random op runs in the region,
+    and the tracker's _compute_rng_offsets is not needed. From 2.12 torch routes accelerator
     DTensor random ops through the operator, asking the tracker for _compute_rng_offsets: a
     torch with the operator and without that method is refused, nothing changed."""
     from torch._prims import rng_prims
 
     if getattr(rng_prims, "run_dtensor_rng_op", None) is None:
-        # this torch (2.10-2.12): the method may be missing, as it is on 2.10 and 2.11
+        # this torch (2.10, 2.11): the method may be missing, as it is there
         monkeypatch.delattr(_random.OffsetBasedRNGTracker, "_compute_rng_offsets", raising=False)
         dtensor.install("cpu")
         assert dtensor.installed_platform() is hwrng.get_platform("cpu")
@@ -98,7 +98,7 @@ def test_run_dtensor_rng_op_is_hooked_exactly_where_torch_has_it(
     kernels = dict(rng_prims.run_dtensor_rng_op.py_kernels)
     monkeypatch.delattr(_random.OffsetBasedRNGTracker, "_compute_rng_offsets")
     with pytest.raises(
-        hwrng.DTensorHookError, match=r"has no _compute_rng_offsets, as torch >= 2\.13"
+        hwrng.DTensorHookError, match=r"has no _compute_rng_offsets, as torch >= 2\.12"
     ):
         dtensor.install("cpu")
     assert dtensor.installed_platform() is None

@@ -46,9 +46,9 @@ class Cell:
     selection: tuple[str, ...] = ()
 
 
-#: What differs most between torch releases: the DTensor adapter (``run_dtensor_rng_op`` on
-#: the accelerator path from 2.13, ``_compute_rng_offsets`` from 2.12, neither on 2.10 and
-#: 2.11), CUDA graphs registering generator states per capture (from 2.14), the fused
+#: What differs most between torch releases: the DTensor adapter (``run_dtensor_rng_op`` and
+#: ``_compute_rng_offsets`` from 2.12, for CUDA tensors to 2.14 and the accelerator from 2.15,
+#: neither on 2.10 and 2.11), CUDA graphs registering generator states per capture (from 2.14), the fused
 #: Triton kernel of the invariant ops, in Triton's interpreter (the CUDA wheels bring Triton),
 #: and the private frames of ``torch.utils.checkpoint`` the recompute journal reads
 #: (``_checkpoint_impl`` from 2.15), with DTensor dropout recomputed on gloo ranks.
@@ -63,17 +63,20 @@ ADAPTER_TESTS = (
     "tests/test_recompute_dist.py",
 )
 
-#: What the floor's cell (2.10) leaves out of the whole suite: subjects that meet none of the
-#: private torch parts that differ between releases, run whole on 2.13 and 2.15. The docs'
-#: blocks and links; the crash matrix of the checkpoint commit (file events; DCP's save and
-#: load run on 2.10 in tests/test_resume_dist.py); the out-of-tree example backends (built
-#: and conformance-checked again by ``nox -s wheels``); hwrng.verify's own judgement (the
-#: verify streams run on 2.10 in ``hwrng check``, tests/test_check_cli.py); the training
-#: example (about 3 minutes of 4 gloo ranks; its parts run on 2.10 in the suites below). About
-#: 30% of the cell's time (6 of 20 CPU minutes here); tests/test_version_matrix.py checks that these
-#: files exist and that the floor still runs the core, seeding, resume, DTensor, invariant,
-#: recompute and ``hwrng check`` suites.
-FLOOR_LEAVES_OUT = (
+#: What runs once, on 2.13 (the README's command runs the whole suite there), and is left out of
+#: the edges of the range (2.10 and 2.15): subjects that meet none of the private torch parts
+#: that differ between releases. The docs' blocks and links; the crash matrix of the checkpoint
+#: commit (file events; DCP's save and load run at both edges in tests/test_resume_dist.py); the
+#: out-of-tree example backends (built and conformance-checked again by ``nox -s wheels``);
+#: hwrng.verify's own judgement (the verify streams run at both edges in ``hwrng check``,
+#: tests/test_check_cli.py, and verify's arrival, timeouts and digests in their own suites); the
+#: training example (4 gloo ranks; its parts run at both edges in the suites below); the GPU
+#: acceptance script's logic, the conformance command's
+#: process handling, the presets' collision counts (arithmetic) and the version pins (pip's
+#: reading). tests/test_version_matrix.py checks that these files exist
+#: and that both edges still run the core, seeding, resume, DTensor, invariant, recompute,
+#: verify-arrival and ``hwrng check`` suites.
+SAME_ON_EVERY_TORCH = (
     "tests/test_docs_blocks.py",
     "tests/test_docs_site.py",
     "tests/test_crash_consistency.py",
@@ -84,26 +87,28 @@ FLOOR_LEAVES_OUT = (
     "tests/test_verify_soundness_dist.py",
     "tests/test_verify_simulated.py",
     "tests/test_train_example.py",
+    "tests/test_gpu_acceptance.py",
+    "tests/test_preset_collisions.py",
+    "tests/test_version_pins.py",
+    "conformance/tests/test_conformance_command.py",
 )
 
+#: What the edges of the range run: the whole suite but SAME_ON_EVERY_TORCH.
+EDGE_SELECTION = tuple(f"--ignore={path}" for path in SAME_ON_EVERY_TORCH)
+
 #: The matrix, by torch version: the floor ``pyproject.toml`` claims (2.10, NVIDIA's NGC 25.12
-#: container's; the whole suite but FLOOR_LEAVES_OUT); the GPU machines' torch (2.11); the torch
-#: CI's own environment uses (2.13, its CPU wheel, no CUDA libraries: the README's command); the
-#: first torch with CUDA graphs registering generator states per capture (2.14); the newest
-#: release (2.15). Only 2.13 has a CPU wheel here: the others are CUDA wheels, which bring about
-#: 4 GB of libraries and Triton, and import torch about 1.7 times slower (every rank of every
-#: multi-process test pays it): their whole suite costs about 1.5 times 2.13's (README, "Versions
-#: tested").
+#: container's) and the newest release (2.15), each EDGE_SELECTION; the GPU machines' torch
+#: (2.11) and the first torch with CUDA graphs registering generator states per capture (2.14),
+#: each ADAPTER_TESTS; the torch CI's own environment uses (2.13, its CPU wheel, no CUDA
+#: libraries: the README's command, the whole suite). Only 2.13 has a CPU wheel here: the others
+#: are CUDA wheels, which bring about 4 GB of libraries and Triton, and import torch about 1.7
+#: times slower (every rank of every multi-process test pays it) (README, "Versions tested").
 CELLS: dict[str, Cell] = {
-    "2.10.0": Cell(
-        "torch==2.10.0",
-        triton=True,
-        selection=tuple(f"--ignore={path}" for path in FLOOR_LEAVES_OUT),
-    ),
+    "2.10.0": Cell("torch==2.10.0", triton=True, selection=EDGE_SELECTION),
     "2.11.0": Cell("torch==2.11.0", triton=True, selection=ADAPTER_TESTS),
     "2.13.0": Cell("torch==2.13.0+cpu"),
     "2.14.1": Cell("torch==2.14.1", triton=True, selection=ADAPTER_TESTS),
-    "2.15.0": Cell("torch==2.15.0", unconstrained=True, triton=True),
+    "2.15.0": Cell("torch==2.15.0", unconstrained=True, triton=True, selection=EDGE_SELECTION),
 }
 
 

@@ -1,5 +1,6 @@
-"""The version matrix (noxfile.py) runs what the floor claims: the selections name real files,
-and the torch 2.10 cell keeps the suites the floor is judged by.
+"""The version matrix (noxfile.py) runs what the range claims: the selections name real files,
+and the cells at its edges (torch 2.10, the floor, and 2.15, the newest) keep the suites that
+meet the private torch parts differing between releases.
 
 noxfile.py is read as text (its literal tuples), so the check runs where nox is not installed.
 """
@@ -11,9 +12,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: The suites the floor's cell must run (issue 38: core, seeding, resume, DTensor, invariant
-#: and ``hwrng check``; recomputation reads private torch frames), as path prefixes.
-FLOOR_MUST_RUN = (
+#: The suites both edges must run (issue 38: core, seeding, resume, DTensor, invariant and
+#: ``hwrng check``; recomputation reads private torch frames; verify's arrival reads a process
+#: group's timeout from its backend, and its digest torch's CPU state layout), as path prefixes.
+EDGES_MUST_RUN = (
     "tests/test_counters.py",
     "tests/test_generator_table.py",
     "tests/test_platform_",
@@ -31,6 +33,9 @@ FLOOR_MUST_RUN = (
     "tests/test_recompute",
     "tests/test_check_cli.py",
     "tests/test_graph_states.py",
+    "tests/test_verify_timeout_dist.py",
+    "tests/test_verify_digest.py",
+    "tests/test_import_cost.py",
 )
 
 
@@ -51,21 +56,24 @@ def _literals() -> dict[str, object]:
 
 def test_every_path_a_selection_names_exists() -> None:
     literals = _literals()
-    paths = [*literals["ADAPTER_TESTS"], *literals["FLOOR_LEAVES_OUT"]]  # type: ignore[misc]
+    paths = [*literals["ADAPTER_TESTS"], *literals["SAME_ON_EVERY_TORCH"]]  # type: ignore[misc]
     missing = [path for path in paths if not (ROOT / path).is_file()]
     assert missing == [], f"noxfile.py names files that do not exist: {missing}"
 
 
-def test_the_floor_cell_runs_the_suites_it_is_judged_by() -> None:
-    left_out = _literals()["FLOOR_LEAVES_OUT"]
+def test_the_edge_cells_run_the_suites_they_are_judged_by() -> None:
+    left_out = _literals()["SAME_ON_EVERY_TORCH"]
     assert isinstance(left_out, tuple) and left_out
-    for prefix in FLOOR_MUST_RUN:
+    for prefix in EDGES_MUST_RUN:
         kept = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(f"{prefix}*"))
         assert kept, f"no test file matches {prefix}"
         dropped = [path for path in kept if path in left_out]
-        assert dropped == [], f"the torch 2.10 cell leaves out {dropped}"
+        assert dropped == [], f"the torch 2.10 and 2.15 cells leave out {dropped}"
     source = (ROOT / "noxfile.py").read_text()
-    assert 'selection=tuple(f"--ignore={path}" for path in FLOOR_LEAVES_OUT)' in source
+    assert 'EDGE_SELECTION = tuple(f"--ignore={path}" for path in SAME_ON_EVERY_TORCH)' in source
+    for torch in ("2.10.0", "2.15.0"):
+        cell = source[source.index(f'"{torch}": Cell(') :].split("),", 1)[0]
+        assert "selection=EDGE_SELECTION" in cell, f"torch {torch} does not run EDGE_SELECTION"
 
 
 def test_the_gpu_machines_torch_runs_the_recompute_tests() -> None:

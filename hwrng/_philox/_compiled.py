@@ -447,10 +447,7 @@ def trunc_normal(
         return generic.trunc_normal(
             seed, position, index, dtype, mean=mean, std=std, a=a, b=b, out=out
         )
-    alpha, beta = (a - mean) / std, (b - mean) / std
-    mirror = alpha + beta > 0  # (False for a = -inf and b = +inf: their sum is NaN)
-    if mirror:
-        alpha, beta = -beta, -alpha
+    alpha, beta, mirror = _math.standard_bounds(mean, std, a, b)
     key = _key(seed, position)
     kernels = _kernels()
     if dtype == torch.float64:

@@ -42,6 +42,7 @@ from hwrng._philox._math import (
     phi_interval,
     sincos_turns,
     sqrt,
+    standard_bounds,
     tail_scale,
 )
 from hwrng._philox._operands import Maker, Operand, on_the_host
@@ -694,10 +695,7 @@ def trunc_normal(
     mean, std, a, b, lo, hi = trunc_normal_parameters(dtype, mean, std, a, b)
     if a == b:
         return _filled(index, a, dtype, out)
-    alpha, beta = (a - mean) / std, (b - mean) / std
-    mirror = alpha + beta > 0  # (False for a = -inf and b = +inf: their sum is NaN)
-    if mirror:
-        alpha, beta = -beta, -alpha
+    alpha, beta, mirror = standard_bounds(mean, std, a, b)
 
     if dtype == torch.float64:
         base, width = phi_interval(alpha, beta)

@@ -46,7 +46,6 @@ from hwrng._philox._index import Indices, ShardIndices, flat_index, index_shape
 from hwrng._philox._parameters import (
     PRECISION,
     checked_seed_position,
-    dropout_parameters,
     normal_parameters,
     probability,
     trunc_normal_parameters,
@@ -401,11 +400,7 @@ def dropout(
     seed: int, position: int, index: Indices, source: torch.Tensor, p: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`hwrng._philox._distributions.dropout`, compiled (same values, same mask)."""
-    scale, _ = dropout_parameters(source.dtype, p)
-    if tuple(source.shape) != index_shape(index):
-        raise InvalidValueError(
-            f"the input has shape {tuple(source.shape)}, the index {index_shape(index)}"
-        )
+    scale = generic.dropout_scale(source, p, index)
     if (
         source.device.type != "cpu"
         or type(source) is not torch.Tensor

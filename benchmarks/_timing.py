@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -136,3 +139,17 @@ def machine() -> dict[str, str]:
         "python": platform.python_version(),
         "date": datetime.date.today().isoformat(),
     }
+
+
+def command_line(script: str, argv: list[str] | None) -> str:
+    """How ``benchmarks/<script>`` was run (``argv``, else this process's), for the header."""
+    arguments = argv if argv is not None else sys.argv[1:]
+    return " ".join(["python3", f"benchmarks/{script}", *arguments])
+
+
+def write_results(out: Path, stem: str, markdown: str, document: dict[str, object]) -> None:
+    """Write ``<stem>.md`` and ``<stem>.json`` under ``out`` (made if missing), and say so."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.md").write_text(markdown, encoding="utf-8")
+    (out / f"{stem}.json").write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out / stem}.md and .json")

@@ -25,7 +25,6 @@ against ``python3 -c "import torch"`` timed the same way).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -34,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _timing import machine
+from _timing import command_line, machine, write_results
 
 #: Timed inside the child: the imports alone, from before ``import torch``.
 _INSIDE = "import time; t = time.perf_counter(); {imports}; print(time.perf_counter() - t)"
@@ -158,18 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['case']:52} {row['median_s']:7.3f} s  {row['ratio']:.2f}x")
     if args.out:
         header = {"device": "cpu", **machine()}
-        command = "python3 benchmarks/bench_import.py " + " ".join(
-            argv if argv is not None else sys.argv[1:]
-        )
         name = args.name or f"cpu-{header['date']}-import"
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"{name}.md").write_text(
-            render(header, result, command.strip()), encoding="utf-8"
-        )
-        (args.out / f"{name}.json").write_text(
-            json.dumps({"machine": header, **result}, indent=1) + "\n", encoding="utf-8"
-        )
-        print(f"wrote {args.out / name}.md and .json")
+        markdown = render(header, result, command_line("bench_import.py", argv))
+        write_results(args.out, name, markdown, {"machine": header, **result})
     return 0
 
 

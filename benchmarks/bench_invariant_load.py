@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _timing import machine
+from _timing import command_line, machine, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OPS = ("uniform", "normal", "dropout")
@@ -309,19 +309,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
     if args.out:
         header = {"device": "cpu", **machine()}
-        command = "python3 benchmarks/bench_invariant_load.py " + " ".join(
-            argv if argv is not None else sys.argv[1:]
-        )
         name = args.name or f"cpu-{header['date']}-invariant-load"
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"{name}.md").write_text(
-            render(header, rows, command.strip(), args.log2, costs), encoding="utf-8"
+        command = command_line("bench_invariant_load.py", argv)
+        write_results(
+            args.out,
+            name,
+            render(header, rows, command, args.log2, costs),
+            {"machine": header, "rows": rows, "first_call_s": costs},
         )
-        (args.out / f"{name}.json").write_text(
-            json.dumps({"machine": header, "rows": rows, "first_call_s": costs}, indent=1) + "\n",
-            encoding="utf-8",
-        )
-        print(f"wrote {args.out / name}.md and .json")
     return 0
 
 

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import sys
 from pathlib import Path
 
-from _timing import Result, machine
+from _timing import Result, command_line, machine, write_results
 
 import hwrng
 
@@ -68,15 +66,13 @@ def main(argv: list[str] | None = None) -> int:
             label = f"{result.group[:40]:40} {result.name[:48]:48}"
             print(f"{label} {result.median_us:12,.1f} us{ratio}")
             results.append(result)
-    command = "python3 benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = f"{platform.name}-{header['date']}" + ("-quick" if args.quick else "")
-    (args.out / f"{stem}.md").write_text(render(header, results, command.strip()), encoding="utf-8")
-    (args.out / f"{stem}.json").write_text(
-        json.dumps({"machine": header, "results": [r.as_dict() for r in results]}, indent=1) + "\n",
-        encoding="utf-8",
+    write_results(
+        args.out,
+        stem,
+        render(header, results, command_line("run.py", argv)),
+        {"machine": header, "results": [r.as_dict() for r in results]},
     )
-    print(f"wrote {args.out / stem}.md and .json")
     return 0
 
 

@@ -22,6 +22,7 @@ import torch
 from hwrng_conformance import invariant_reference as reference
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from philox_cases import FLOAT_NAMES, op_cases
 
 import hwrng
 from hwrng import _philox as philox
@@ -120,12 +121,6 @@ def test_the_counter_layout(seed: int, position: int, blocks: list[int]) -> None
 
 SEED, POSITION = 2**63 + 12345, 2**33 + 4096
 ELEMENTS = [0, 1, 2, 3, 4, 5, 6, 7, 1_000_003, 2**40 + 6, 2**40 + 7, 2**61 + 5]
-FLOAT_NAMES = {
-    torch.float32: "float32",
-    torch.float64: "float64",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-}
 _INT_OF = {torch.float32: torch.int32, torch.float64: torch.int64}
 
 
@@ -136,29 +131,9 @@ def value_bits(values: torch.Tensor) -> list[int]:
     return [v & ((1 << width) - 1) for v in ints]
 
 
-finite = st.floats(-50.0, 50.0, allow_nan=False, allow_infinity=False)
-
-
-@st.composite
-def op_cases(draw: st.DrawFn) -> tuple[str, torch.dtype, dict[str, float]]:
-    """An op, a dtype and parameters the op accepts (within float16's range)."""
-    op = draw(st.sampled_from(["uniform", "normal", "trunc_normal"]))
-    dtype = draw(st.sampled_from(list(FLOAT_NAMES)))
-    if op == "uniform":
-        low, high = sorted([draw(finite), draw(finite)])
-        assume(low < high and (high - low) > 1e-3 * max(abs(low), abs(high), 1.0))
-        return op, dtype, {"low": low, "high": high}
-    mean, std = draw(finite), draw(st.floats(1e-3, 20.0))
-    if op == "normal":
-        return op, dtype, {"mean": mean, "std": std}
-    a, b = sorted([mean + std * draw(st.floats(-12, 12)), mean + std * draw(st.floats(-12, 12))])
-    assume(b - a > 0.05 * std)
-    return op, dtype, {"mean": mean, "std": std, "a": a, "b": b}
-
-
 @settings(max_examples=60, deadline=None)
 @given(
-    case=op_cases(),
+    case=op_cases(("uniform", "normal", "trunc_normal")),
     seed=st.integers(0, 2**64 - 1),
     position=st.integers(0, 2**63 - 1),
     elements=st.lists(st.integers(0, 2**61), min_size=1, max_size=6),

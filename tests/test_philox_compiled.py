@@ -24,6 +24,7 @@ from hwrng_conformance import invariant_reference as reference
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from known_answers import bits_of, mismatches
+from philox_cases import FLOAT_NAMES, OPS, op_cases
 from torch.distributed.tensor import Shard
 
 import hwrng
@@ -37,12 +38,6 @@ needs_numba = pytest.mark.skipif(
     compiled._kernels_or_error()[1] is not None,
     reason=f"the compiled path cannot run here: {compiled._kernels_or_error()[1]}",
 )
-DTYPES = {
-    torch.float32: "float32",
-    torch.float64: "float64",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-}
 
 
 @pytest.fixture
@@ -140,37 +135,6 @@ def test_both_paths_draw_the_known_answers(path: str) -> None:
     assert mismatches("cpu") == []
 
 
-finite = st.floats(-50.0, 50.0, allow_nan=False, allow_infinity=False)
-
-
-OPS = ["uniform", "normal", "trunc_normal", "bernoulli", "dropout"]
-
-
-@st.composite
-def op_cases(
-    draw: st.DrawFn, ops: tuple[str, ...] = tuple(OPS)
-) -> tuple[str, torch.dtype, dict[str, Any]]:
-    """An op of ``ops``, a dtype and parameters it accepts (within float16's range)."""
-    op = draw(st.sampled_from(ops))
-    dtype = draw(st.sampled_from(list(DTYPES)))
-    if op in ("bernoulli", "dropout"):
-        p = draw(st.one_of(st.sampled_from([0.5, 2**-32, 1 - 2**-33]), st.floats(0.0, 1.0)))
-        assume(0.0 < p < 1.0 or op == "bernoulli")
-        return op, dtype, {"p": p}
-    if op == "uniform":
-        if draw(st.booleans()):
-            return op, dtype, {"low": 0.0, "high": 1.0}
-        low, high = sorted([draw(finite), draw(finite)])
-        assume(low < high and (high - low) > 1e-3 * max(abs(low), abs(high), 1.0))
-        return op, dtype, {"low": low, "high": high}
-    mean, std = draw(finite), draw(st.floats(1e-3, 20.0))
-    if op == "normal":
-        return op, dtype, {"mean": mean, "std": std}
-    a, b = sorted([mean + std * draw(st.floats(-12, 12)), mean + std * draw(st.floats(-12, 12))])
-    assume(b - a > 0.05 * std)
-    return op, dtype, {"mean": mean, "std": std, "a": a, "b": b}
-
-
 @needs_numba
 @settings(max_examples=40, deadline=None)
 @given(
@@ -198,7 +162,9 @@ def test_the_compiled_values_are_the_independent_references(
             expected = [reference.bernoulli(seed, position, e, parameters["p"]) for e in elements]
         else:
             element = getattr(reference, op)
-            expected = [element(seed, position, e, DTYPES[dtype], **parameters) for e in elements]
+            expected = [
+                element(seed, position, e, FLOAT_NAMES[dtype], **parameters) for e in elements
+            ]
     assert bits_of(got) == expected
 
 
@@ -325,7 +291,7 @@ def test_the_compiled_path_draws_the_tensor_ops_values_on_any_shard(
 
 
 @needs_numba
-@pytest.mark.parametrize("dtype", list(DTYPES), ids=str)
+@pytest.mark.parametrize("dtype", list(FLOAT_NAMES), ids=str)
 def test_long_runs_at_every_offset_in_a_block(dtype: torch.dtype) -> None:
     """Runs of 2**12 + 3 values at each offset in a block, far out (a block number past 2**32:
     its second counter word set): the kernels' whole-block loops (vectorised: their remainders

@@ -46,7 +46,6 @@ from hwrng._philox._index import Indices, ShardIndices, flat_index, index_shape
 from hwrng._philox._parameters import (
     PRECISION,
     checked_seed_position,
-    dropout_parameters,
     normal_parameters,
     probability,
     trunc_normal_parameters,
@@ -212,22 +211,21 @@ def _fits(out: torch.Tensor | None, shape: tuple[int, ...]) -> bool:
     )
 
 
-#: a kernel's call on a flat output buffer (a NumPy array) and the runs
-_Fill = Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any], int], None]
-
-
 def _draw(
     index: Indices,
     dtype: torch.dtype,
     native: torch.dtype,
     out: torch.Tensor | None,
-    fill: _Fill,
+    kernel: Callable[..., None],
+    *operands: object,
 ) -> torch.Tensor:
-    """``fill``'s values for ``index`` into ``out`` (or a new tensor of ``dtype``).
+    """``kernel``'s values for ``index`` into ``out`` (or a new tensor of ``dtype``).
 
-    The kernel writes values of ``native`` (float32 for float16 and bfloat16:
-    rounded into the result by torch's conversion, as the generic path rounds
-    them); into ``out`` itself where it is of that dtype.
+    The kernel is called on the flat output buffer (a NumPy array), the runs, and
+    ``operands`` (the key's words, then the op's parameters). It writes values of
+    ``native`` (float32 for float16 and bfloat16: rounded into the result by torch's
+    conversion, as the generic path rounds them); into ``out`` itself where it is of that
+    dtype.
     """
     shape = index_shape(index)
     result = torch.empty(shape, dtype=dtype) if out is None else out
@@ -235,7 +233,7 @@ def _draw(
         return result
     buffer = result if result.dtype == native else torch.empty(shape, dtype=native)
     starts, length = _runs(index)
-    fill(buffer.detach().view(-1).numpy(), starts, length)
+    kernel(buffer.detach().view(-1).numpy(), starts, length, *operands)
     if buffer is not result:
         result.copy_(buffer)
     elif out is not None and not out.is_inference():
@@ -284,9 +282,11 @@ def uniform(
             dtype,
             torch.float64,
             out,
-            lambda buffer, starts, length: kernels.uniform64(
-                buffer, starts, length, *key, np.float64(width), np.float64(offset), np.float64(hi)
-            ),
+            kernels.uniform64,
+            *key,
+            np.float64(width),
+            np.float64(offset),
+            np.float64(hi),
         )
     # the generic path's float32 table: u * W as (w & top) * f32(W * 2**-32) where that is
     # exact, else (w & top) * 2**-32 * W; the unit interval as (w & top) * 2**-32 alone
@@ -304,18 +304,14 @@ def uniform(
         dtype,
         torch.float32,
         out,
-        lambda buffer, starts, length: kernels.uniform32(
-            buffer,
-            starts,
-            length,
-            *key,
-            np.uint64(top),
-            f32(first),
-            f32(second),
-            f32(offset32),
-            f32(lo),
-            f32(hi),
-        ),
+        kernels.uniform32,
+        *key,
+        np.uint64(top),
+        f32(first),
+        f32(second),
+        f32(offset32),
+        f32(lo),
+        f32(hi),
     )
 
 
@@ -343,9 +339,10 @@ def normal(
             dtype,
             torch.float64,
             out,
-            lambda buffer, starts, length: kernels.normal64(
-                buffer, starts, length, *key, np.float64(std), np.float64(mean)
-            ),
+            kernels.normal64,
+            *key,
+            np.float64(std),
+            np.float64(mean),
         )
     scale, offset = np.float32(_math32.f32(std)), np.float32(_math32.f32(mean))
     return _draw(
@@ -353,9 +350,10 @@ def normal(
         dtype,
         torch.float32,
         out,
-        lambda buffer, starts, length: kernels.normal32(
-            buffer, starts, length, *key, scale, offset
-        ),
+        kernels.normal32,
+        *key,
+        scale,
+        offset,
     )
 
 
@@ -383,7 +381,8 @@ def bernoulli_mask(
             torch.int64,
             torch.int64,
             None,
-            lambda buffer, starts, length: kernels.words(buffer, starts, length, *key),
+            kernels.words,
+            *key,
         )
         mask = words < limits
         return mask if out is None else out.copy_(mask)
@@ -393,7 +392,9 @@ def bernoulli_mask(
         torch.bool,
         torch.bool,
         out,
-        lambda buffer, starts, length: kernels.bernoulli(buffer, starts, length, *key, threshold),
+        kernels.bernoulli,
+        *key,
+        threshold,
     )
 
 
@@ -401,11 +402,7 @@ def dropout(
     seed: int, position: int, index: Indices, source: torch.Tensor, p: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`hwrng._philox._distributions.dropout`, compiled (same values, same mask)."""
-    scale, _ = dropout_parameters(source.dtype, p)
-    if tuple(source.shape) != index_shape(index):
-        raise InvalidValueError(
-            f"the input has shape {tuple(source.shape)}, the index {index_shape(index)}"
-        )
+    scale = generic.dropout_scale(source, p, index)
     if (
         source.device.type != "cpu"
         or type(source) is not torch.Tensor
@@ -447,10 +444,7 @@ def trunc_normal(
         return generic.trunc_normal(
             seed, position, index, dtype, mean=mean, std=std, a=a, b=b, out=out
         )
-    alpha, beta = (a - mean) / std, (b - mean) / std
-    mirror = alpha + beta > 0  # (False for a = -inf and b = +inf: their sum is NaN)
-    if mirror:
-        alpha, beta = -beta, -alpha
+    alpha, beta, mirror = _math.standard_bounds(mean, std, a, b)
     key = _key(seed, position)
     kernels = _kernels()
     if dtype == torch.float64:
@@ -461,21 +455,17 @@ def trunc_normal(
             dtype,
             torch.float64,
             out,
-            lambda buffer, starts, length: kernels.trunc64(
-                buffer,
-                starts,
-                length,
-                *key,
-                f64(width),
-                f64(base),
-                mirror,
-                f64(std),
-                f64(mean),
-                f64(a),
-                f64(b),
-                f64(lo),
-                f64(hi),
-            ),
+            kernels.trunc64,
+            *key,
+            f64(width),
+            f64(base),
+            mirror,
+            f64(std),
+            f64(mean),
+            f64(a),
+            f64(b),
+            f64(lo),
+            f64(hi),
         )
     scaled = _math.tail_scale(alpha, beta)
     f32 = np.float32
@@ -484,19 +474,15 @@ def trunc_normal(
         dtype,
         torch.float32,
         out,
-        lambda buffer, starts, length: kernels.trunc32(
-            buffer,
-            starts,
-            length,
-            *key,
-            f32(scaled.width),
-            f32(scaled.base),
-            f32(scaled.upper),
-            scaled.shift,
-            mirror,
-            f32(_math32.f32(std)),
-            f32(_math32.f32(mean)),
-            f32(lo),
-            f32(hi),
-        ),
+        kernels.trunc32,
+        *key,
+        f32(scaled.width),
+        f32(scaled.base),
+        f32(scaled.upper),
+        scaled.shift,
+        mirror,
+        f32(_math32.f32(std)),
+        f32(_math32.f32(mean)),
+        f32(lo),
+        f32(hi),
     )

@@ -42,6 +42,7 @@ from hwrng._philox._math import (
     phi_interval,
     sincos_turns,
     sqrt,
+    standard_bounds,
     tail_scale,
 )
 from hwrng._philox._operands import Maker, Operand, on_the_host
@@ -61,6 +62,7 @@ __all__ = [
     "bernoulli_mask",
     "checked_indices",
     "dropout",
+    "dropout_scale",
     "normal",
     "thresholds",
     "trunc_normal",
@@ -615,6 +617,20 @@ def bernoulli_mask(
     )
 
 
+def dropout_scale(source: torch.Tensor, p: float, index: Indices) -> float:
+    """Dropout's scale ``1 / (1 - p)`` in ``source``'s dtype, ``p`` and ``source`` checked.
+
+    Refused as :func:`~hwrng._philox._parameters.dropout_parameters` refuses ``p`` and the
+    dtype, and (:class:`~hwrng.InvalidValueError`) where ``source`` is not of ``index``'s shape.
+    """
+    scale, _ = dropout_parameters(source.dtype, p)
+    if tuple(source.shape) != index_shape(index):
+        raise InvalidValueError(
+            f"the input has shape {tuple(source.shape)}, the index {index_shape(index)}"
+        )
+    return scale
+
+
 def dropout(
     seed: int, position: int, index: Indices, source: torch.Tensor, p: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -640,11 +656,7 @@ def dropout(
         kept elements, Bernoulli(``1 - p``); ``c`` is ``1 / (1 - p)`` in the
         dtype (see :func:`~hwrng._philox._parameters.dropout_parameters`).
     """
-    scale, _ = dropout_parameters(source.dtype, p)
-    if tuple(source.shape) != index_shape(index):
-        raise InvalidValueError(
-            f"the input has shape {tuple(source.shape)}, the index {index_shape(index)}"
-        )
+    scale = dropout_scale(source, p, index)
     kept = bernoulli_mask(seed, position, index, 1.0 - p)
     factor = kept.to(source.dtype).mul_(scale)  # exact: scale is a value of the dtype
     return source * factor, kept
@@ -694,10 +706,7 @@ def trunc_normal(
     mean, std, a, b, lo, hi = trunc_normal_parameters(dtype, mean, std, a, b)
     if a == b:
         return _filled(index, a, dtype, out)
-    alpha, beta = (a - mean) / std, (b - mean) / std
-    mirror = alpha + beta > 0  # (False for a = -inf and b = +inf: their sum is NaN)
-    if mirror:
-        alpha, beta = -beta, -alpha
+    alpha, beta, mirror = standard_bounds(mean, std, a, b)
 
     if dtype == torch.float64:
         base, width = phi_interval(alpha, beta)

@@ -60,6 +60,7 @@ __all__ = [
     "sin_half_pi",
     "sincos_turns",
     "sqrt",
+    "standard_bounds",
     "tail_scale",
 ]
 
@@ -348,6 +349,21 @@ def phi_interval(alpha: float, beta: float) -> tuple[float, float]:
         ctx.prec = precision
         ctx.rounding = decimal.ROUND_HALF_EVEN
         return float(low), float(high - low)
+
+
+def standard_bounds(mean: float, std: float, a: float, b: float) -> tuple[float, float, bool]:
+    """The truncated normal's bounds ``[a, b]`` in standard units, mirrored into the lower half.
+
+    ``(alpha, beta, mirror)``: ``alpha = (a - mean) / std`` and ``beta = (b - mean) / std``,
+    negated and swapped where ``alpha + beta > 0`` (``mirror``: the values drawn on
+    ``[alpha, beta]`` are then negated), so that ``alpha + beta <= 0`` as :func:`tail_scale`
+    needs. ``mirror`` is False for ``a = -inf`` and ``b = +inf`` (their sum is NaN).
+    """
+    alpha, beta = (a - mean) / std, (b - mean) / std
+    mirror = alpha + beta > 0
+    if mirror:
+        alpha, beta = -beta, -alpha
+    return alpha, beta, mirror
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ the generic path (:mod:`hwrng._philox._distributions`) computes it:
 
 * every float operation is one IEEE operation rounded to nearest: numba's
   ``fastmath=False`` gives LLVM no licence to reassociate or to contract a
-  multiply and an add into a fused multiply-add (``tests/test_philox_numba.py``
+  multiply and an add into a fused multiply-add (``tests/test_philox_compiled.py``
   reads the machine code of every kernel for ``vfmadd`` and its kin), and the
   float32 kernels type every constant as float32, so no operation is widened
   to float64 (tested on the LLVM IR: no ``double`` in a float32 kernel);

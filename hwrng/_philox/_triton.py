@@ -1247,10 +1247,7 @@ def trunc_normal(
     shard = _shard(device, dim_indices, global_shape, ranges)
     if a == b:
         return torch.full(index_shape(shard), a, dtype=dtype, device=device)
-    alpha, beta = (a - mean) / std, (b - mean) / std
-    mirror = alpha + beta > 0  # (False for a = -inf and b = +inf: their sum is NaN)
-    if mirror:
-        alpha, beta = -beta, -alpha
+    alpha, beta, mirror = _math.standard_bounds(mean, std, a, b)
     if dtype == torch.float64:
         base, width = _math.phi_interval(alpha, beta)
         return _launch(

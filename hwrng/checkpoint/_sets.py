@@ -184,6 +184,20 @@ def _failed(storage: Storage, path: str, error: OSError) -> str:
     return f"{storage.url_prefix}{path!r}: {error.strerror or error}"
 
 
+def _rename_sets(
+    storage: Storage, root: str, nonces: list[int], token: int, failures: list[str]
+) -> None:
+    """Retire the sets ``nonces`` of ``root`` each in one rename of its folder; failures named."""
+    for nonce in nonces:
+        folder = storage.join(root, _name(nonce))
+        try:
+            storage.rename(folder, storage.join(root, retired_name(nonce, token)))
+        except FileNotFoundError:  # gone already (another run retired it)
+            continue
+        except OSError as error:
+            failures.append(_failed(storage, folder, error))
+
+
 def retire_sets(
     directory: str | os.PathLike[str], nonces: list[int], token: int, rank: int, world_size: int
 ) -> None:
@@ -197,33 +211,28 @@ def retire_sets(
     """
     storage, root = storage_for(directory)
     failures: list[str] = []
-    for nonce in nonces:
-        folder = storage.join(root, _name(nonce))
-        retired = storage.join(root, retired_name(nonce, token))
-        if storage.renames_folders:
-            if rank == 0:
-                try:
-                    storage.rename(folder, retired)
-                except FileNotFoundError:  # gone already (another run retired it)
-                    pass
-                except OSError as error:
-                    failures.append(_failed(storage, folder, error))
-            continue
-        try:
-            names = _files_of(storage, folder, rank, world_size)
-            storage.make_folder(retired)
-        except OSError as error:
-            failures.append(_failed(storage, folder, error))
-            continue
-        for name in names:
+    if storage.renames_folders:
+        if rank == 0:
+            _rename_sets(storage, root, nonces, token, failures)
+    else:
+        for nonce in nonces:
+            folder = storage.join(root, _name(nonce))
+            retired = storage.join(root, retired_name(nonce, token))
             try:
-                if storage.kind(storage.join(folder, name)) is not None:
-                    storage.rename(storage.join(folder, name), storage.join(retired, name))
-            except FileNotFoundError:
-                continue
+                names = _files_of(storage, folder, rank, world_size)
+                storage.make_folder(retired)
             except OSError as error:
-                failures.append(_failed(storage, storage.join(folder, name), error))
-        storage.remove_folder(folder)
+                failures.append(_failed(storage, folder, error))
+                continue
+            for name in names:
+                try:
+                    if storage.kind(storage.join(folder, name)) is not None:
+                        storage.rename(storage.join(folder, name), storage.join(retired, name))
+                except FileNotFoundError:
+                    continue
+                except OSError as error:
+                    failures.append(_failed(storage, storage.join(folder, name), error))
+            storage.remove_folder(folder)
     if nonces and (rank == 0 or not storage.renames_folders):
         _sync(storage, root, failures)
     _warn(failures, "retired")
@@ -271,14 +280,7 @@ def retire_whole(directory: str | os.PathLike[str], nonces: list[int], token: in
     """One process: retire the sets ``nonces`` whole, every rank's files (no collective)."""
     storage, root = storage_for(directory)
     failures: list[str] = []
-    for nonce in nonces:
-        folder = storage.join(root, _name(nonce))
-        try:
-            storage.rename(folder, storage.join(root, retired_name(nonce, token)))
-        except FileNotFoundError:
-            continue
-        except OSError as error:
-            failures.append(_failed(storage, folder, error))
+    _rename_sets(storage, root, nonces, token, failures)
     if nonces:
         _sync(storage, root, failures)
     _warn(failures, "retired")

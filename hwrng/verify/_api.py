@@ -59,6 +59,10 @@ SHOWN = 16
 _LAYOUT_SOURCES = ("manual_seed", "groups")
 #: The check after the streams: are any two ranks replicas at all?
 _REPLICAS = "(replicas)"
+#: What a failed setup expected, and its report's plan: a rank's own failure and a peer's
+#: refused call are reported alike.
+_BUILDS = "every rank builds its observations"
+_SETUP_FAILED = "unknown (setup failed)"
 
 
 @dataclass(frozen=True)
@@ -459,28 +463,31 @@ def _setup_failed(whole: Comm, failure: str | None, topology: Topology) -> Verif
     collected = whole.collect_texts(failure, SHOWN)
     ranks = tuple(whole.global_rank(position) for position, _ in collected)
     problems = tuple(
-        f"setup failed on rank {rank}: {text}"
-        for rank, (_, text) in zip(ranks, collected, strict=True)
+        _failed_on(rank, text) for rank, (_, text) in zip(ranks, collected, strict=True)
     )
     if count > len(collected):
         problems += (f"... and {count - len(collected)} more rank(s) failed",)
-    verdict = StreamVerdict("setup", "every rank builds its observations", problems, ranks)
-    coordinates = tuple((r, {"rank": r}) for r in ranks)
-    me = whole.global_rank(whole.rank)
-    return VerifyReport(me, whole.size, (verdict,), coordinates, "unknown (setup failed)")
+    return _setup_report(whole, _BUILDS, problems, ranks, _SETUP_FAILED)
 
 
 def _stopped_report(whole: Comm, stopped: Mismatch | Refused) -> VerifyReport:
     """Every rank's report when the ranks' calls did not meet: a mismatch, or a refused call."""
-    ranks: tuple[int, ...]
     if isinstance(stopped, Refused):
-        problem = f"setup failed on rank {stopped.rank}: {stopped.text}"
-        expected, ranks = "every rank builds its observations", (stopped.rank,)
-        verdict = StreamVerdict("setup", expected, (problem,), ranks)
-        plan = "unknown (setup failed)"
-    else:
-        expected, ranks = "every rank calls verify over the same group", stopped.ranks
-        verdict = StreamVerdict("setup", expected, (stopped.text,), ranks)
-        plan = "unknown (the ranks' groups differ)"
+        problem = _failed_on(stopped.rank, stopped.text)
+        return _setup_report(whole, _BUILDS, (problem,), (stopped.rank,), _SETUP_FAILED)
+    expected = "every rank calls verify over the same group"
+    plan = "unknown (the ranks' groups differ)"
+    return _setup_report(whole, expected, (stopped.text,), stopped.ranks, plan)
+
+
+def _failed_on(rank: int, text: str) -> str:
+    return f"setup failed on rank {rank}: {text}"
+
+
+def _setup_report(
+    whole: Comm, expected: str, problems: tuple[str, ...], ranks: tuple[int, ...], plan: str
+) -> VerifyReport:
+    """Every rank's report of one failing ``setup`` verdict, which names ``ranks``."""
+    verdict = StreamVerdict("setup", expected, problems, ranks)
     named = tuple((r, {"rank": r}) for r in ranks)
     return VerifyReport(whole.global_rank(whole.rank), whole.size, (verdict,), named, plan)

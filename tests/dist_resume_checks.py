@@ -465,6 +465,31 @@ def per_rank_files_one_rank_cannot_write(directory: str) -> str:
     return "saved"
 
 
+def per_rank_one_rank_names_no_backend(directory: str, action: str) -> dict[str, Any]:
+    """Rank 1 alone passes ``platform="no-such-backend"`` to ``hwrng.save`` or ``hwrng.load``:
+    what each rank raised, how long it took, and whether its streams are as they were."""
+    import time
+
+    rank = dist.get_rank()
+    hwrng.manual_seed(61, platform="cpu")
+    path = os.path.join(directory, f"rng-{rank}.pt")
+    hwrng.save(path)  # every rank's file, so that only rank 1's argument is wrong
+    _move_everything()
+    before = _fingerprint()
+    call = hwrng.save if action == "save" else hwrng.load
+    started = time.monotonic()
+    try:
+        call(path, platform="no-such-backend" if rank == 1 else None)
+    except hwrng.HwrngError as error:
+        return {
+            "raised": type(error).__name__,
+            "message": str(error),
+            "seconds": time.monotonic() - started,
+            "unchanged": _fingerprint() == before,
+        }
+    return {"raised": None}
+
+
 # -- hwrng.load with on_mismatch="reseed": one plan for every rank, or the same refusal ---------
 
 

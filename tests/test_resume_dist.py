@@ -206,6 +206,27 @@ def test_when_one_rank_cannot_save_its_file_every_rank_raises(
     assert outcomes[0].startswith("rank 1 could not write its RNG state, so no rank did"), outcomes
 
 
+@pytest.mark.parametrize("action", ["save", "load"])
+def test_one_ranks_unknown_platform_fails_every_rank_at_once(
+    fresh: DistributedPool, tmp_path_factory: pytest.TempPathFactory, action: str
+) -> None:
+    """Rank 1 alone names no backend: it still meets its peers, so every rank refuses at once
+    (before, rank 1 raised alone and its peers waited in the collective for the pool's timeout)."""
+    results = fresh.run(
+        checks.per_rank_one_rank_names_no_backend, str(tmp_path_factory.mktemp(action)), action
+    )
+    assert all(r["raised"] is not None for r in results), results
+    assert all(r["unchanged"] for r in results), results
+    assert all(r["seconds"] < 60 for r in results), results  # the pool's timeout is 180 s
+    peers = [r for rank, r in enumerate(results) if rank != 1 or action == "load"]
+    assert all(r["raised"] == "CheckpointError" for r in peers), results
+    assert all(r["message"] == peers[0]["message"] for r in peers), results
+    assert peers[0]["message"].startswith("rank 1 "), results
+    assert "no-such-backend" in peers[0]["message"], results
+    if action == "save":  # the rank whose argument is wrong raises its own error
+        assert results[1]["raised"] == "BackendNotFoundError", results
+
+
 # -- hwrng.load with on_mismatch="reseed": one plan for every rank, or the same refusal ---------
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hwrng._collectives import WORD_LIMIT, Comm, rank_and_size
-from hwrng._exceptions import CheckpointError
+from hwrng._exceptions import CheckpointError, HwrngError
 from hwrng._platform import Platform
 from hwrng._registry import platform_in_force
 from hwrng.checkpoint._capture import state_dict
@@ -101,16 +101,19 @@ def save(path: str | os.PathLike[str], platform: Platform | str | None = None) -
         directory, a full disk, a file size limit), naming that rank, the path
         and the cause; or if the file it replaces has an owner this process
         cannot give the new one.
+    BackendError
+        On a rank whose own ``platform=`` names no usable backend (every other
+        rank raises :class:`~hwrng.CheckpointError` naming it, at once).
     """
     target = os.fspath(path)
     rank, world_size = rank_and_size()
-    resolved = platform_in_force(platform)
+    resolved, caught = _platform_of(platform)
     comm = Comm(None, resolved)
-    caught: CheckpointError | None = None
     document: dict[str, Any] = {}
     try:
-        regular_destination(target)  # refuse what is not a regular file before anything else
-        document = state_dict(resolved)
+        if caught is None:
+            regular_destination(target)  # refuse what is not a regular file before anything else
+            document = state_dict(resolved)
     except CheckpointError as error:
         caught = error
     refused, nonce, first = comm.max(
@@ -136,7 +139,22 @@ def save(path: str | os.PathLike[str], platform: Platform | str | None = None) -
             caught = None
 
 
-def _raise_on_every_rank(comm: Comm, caught: CheckpointError | None, first: int, what: str) -> None:
+def _platform_of(platform: Platform | str | None) -> tuple[Platform, HwrngError | None]:
+    """The platform ``platform=`` names, or the one the ranks talk through and why not.
+
+    A rank whose own ``platform=`` names no usable backend still meets its
+    peers in the collective -- through the platform in force -- so that every
+    rank refuses at once instead of its peers waiting for it.
+    """
+    try:
+        return platform_in_force(platform), None
+    except HwrngError as error:
+        if platform is None:
+            raise  # no platform at all to reach the peers through
+        return platform_in_force(None), error
+
+
+def _raise_on_every_rank(comm: Comm, caught: HwrngError | None, first: int, what: str) -> None:
     """Raise ``caught`` on the first rank that failed, and say so on every other rank."""
     why = comm.broadcast_text("" if caught is None else str(caught), first)
     if caught is not None and first == comm.rank:
@@ -264,15 +282,16 @@ def load(
     ------
     CheckpointError
         On every rank, with the same message, naming the rank and its file:
-        as above, and a state refused by :func:`hwrng.load_state_dict`.
+        as above, a state refused by :func:`hwrng.load_state_dict`, and a
+        rank whose own ``platform=`` names no usable backend.
     """
     target = os.fspath(path)
     rank, world_size = rank_and_size()
-    resolved = platform_in_force(platform)
+    resolved, unusable = _platform_of(platform)
     comm = Comm(None, resolved)
     reseeding = on_mismatch == "reseed"
     own = _own(target, mesh, resolved)
-    failure = own.failure
+    failure = own.failure if unusable is None else str(unusable)
     try:
         check_on_mismatch(on_mismatch)  # a rank's bad argument still meets its peers: all raise
     except CheckpointError as error:

@@ -231,8 +231,11 @@ runner.run_all([hang], steps.Context("cpu", True), Path({str(tmp_path)!r}), 60)
 """
     parent = subprocess.Popen([sys.executable, "-c", code], env=NO_GPU)
     log = tmp_path / "steps.log"
+    # the step's own line, not the command the runner logs before starting it (which holds the
+    # same word): Ctrl-C then reaches a run whose step is running, as the test means
+    printed = re.compile(r"^pids \d+ \d+$", re.MULTILINE)
     deadline = time.monotonic() + 60
-    while not (log.exists() and "pids" in log.read_text()) and time.monotonic() < deadline:
+    while not (log.exists() and printed.search(log.read_text())) and time.monotonic() < deadline:
         assert parent.poll() is None, "the run stopped before its step started"
         time.sleep(0.1)
     parent.send_signal(signal.SIGINT)

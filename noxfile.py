@@ -48,9 +48,9 @@ class Cell:
 
 #: What differs most between torch releases: the DTensor adapter (``run_dtensor_rng_op`` and
 #: ``_compute_rng_offsets`` from 2.12, for CUDA tensors to 2.14 and the accelerator from 2.15,
-#: neither on 2.10 and 2.11), CUDA graphs registering generator states per capture (from 2.14), the fused
-#: Triton kernel of the invariant ops, in Triton's interpreter (the CUDA wheels bring Triton),
-#: and the private frames of ``torch.utils.checkpoint`` the recompute journal reads
+#: neither on 2.10 and 2.11), CUDA graphs registering generator states per capture (from 2.14),
+#: the fused Triton kernel of the invariant ops, in Triton's interpreter (the CUDA wheels bring
+#: Triton), and the private frames of ``torch.utils.checkpoint`` the recompute journal reads
 #: (``_checkpoint_impl`` from 2.15), with DTensor dropout recomputed on gloo ranks.
 ADAPTER_TESTS = (
     "tests/test_dtensor_adapter.py",
@@ -71,11 +71,10 @@ ADAPTER_TESTS = (
 #: hwrng.verify's own judgement (the verify streams run at both edges in ``hwrng check``,
 #: tests/test_check_cli.py, and verify's arrival, timeouts and digests in their own suites); the
 #: training example (4 gloo ranks; its parts run at both edges in the suites below); the GPU
-#: acceptance script's logic, the conformance command's
-#: process handling, the presets' collision counts (arithmetic) and the version pins (pip's
-#: reading). tests/test_version_matrix.py checks that these files exist
-#: and that both edges still run the core, seeding, resume, DTensor, invariant, recompute,
-#: verify-arrival and ``hwrng check`` suites.
+#: acceptance script's logic, the conformance command's process handling, the presets' collision
+#: counts (arithmetic) and the version pins (pip's reading). tests/test_version_matrix.py checks
+#: that these files exist and that both edges still run the core, seeding, resume, DTensor,
+#: invariant, recompute, verify-arrival and ``hwrng check`` suites.
 SAME_ON_EVERY_TORCH = (
     "tests/test_docs_blocks.py",
     "tests/test_docs_site.py",

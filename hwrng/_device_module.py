@@ -93,6 +93,11 @@ class DeviceModulePlatform(Platform):
     extension_module: ClassVar[str | None] = None
     install_hint: ClassVar[str] = ""
     counter_type: ClassVar[type[CounterView]] = DeviceCounter
+    #: Why :attr:`extension_module` cannot serve, once it was not found or failed to import:
+    #: asked again on every auto-selection (each op on the default generator), the search of
+    #: ``sys.path`` (or a failing import, run again) cost more than a small op itself. An
+    #: extension installed or mended after that is seen by a new process.
+    _extension_refusal: str | None = None
 
     def __init__(self) -> None:
         self._counter: CounterView = self.counter_type.for_platform(self)
@@ -124,18 +129,22 @@ class DeviceModulePlatform(Platform):
             return self._module
         extension = self.extension_module
         if extension is not None:
+            if self._extension_refusal is not None:
+                raise BackendUnavailableError(self.name, self._extension_refusal)
             if importlib.util.find_spec(extension) is None:
                 hint = f"; {self.install_hint}" if self.install_hint else ""
-                raise BackendUnavailableError(self.name, f"{extension} is not installed{hint}")
+                self._extension_refusal = f"{extension} is not installed{hint}"
+                raise BackendUnavailableError(self.name, self._extension_refusal)
             blocker = self.import_blocker()
             if blocker is not None:
                 raise BackendUnavailableError(self.name, blocker)
             try:
                 importlib.import_module(extension)
             except Exception as error:  # an extension can fail in many ways; report any
-                raise BackendUnavailableError(
-                    self.name, f"importing {extension} failed: {type(error).__name__}: {error}"
-                ) from error
+                self._extension_refusal = (
+                    f"importing {extension} failed: {type(error).__name__}: {error}"
+                )
+                raise BackendUnavailableError(self.name, self._extension_refusal) from error
         try:
             module = self.find_device_module()
         except RuntimeError as error:

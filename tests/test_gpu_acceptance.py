@@ -219,9 +219,13 @@ def test_a_hanging_step_is_stopped_at_its_budget_with_its_children(
 
 
 def test_ctrl_c_on_the_run_stops_the_running_step_and_its_children(tmp_path: Path) -> None:
+    # Ctrl-C as a terminal delivers it: a run started in the background of a shell script (a
+    # CI job, `nohup ... &`) inherits SIGINT ignored, and Python then raises no
+    # KeyboardInterrupt for it
     code = f"""
-import sys
+import signal, sys
 from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {str(BENCHMARKS)!r})
 from acceptance import outcomes, runner, steps
 runner.GRACE_S = 0.5

@@ -6,6 +6,7 @@ path and the fused kernel refuse the same input with the same error.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import struct
@@ -112,7 +113,19 @@ def _step(value: float, dtype: torch.dtype, *, up: bool) -> float:
 def _dtype_values_within(
     low: float, high: float, dtype: torch.dtype, open_high: bool
 ) -> tuple[float, float]:
-    """The smallest and largest values of ``dtype`` in ``[low, high)`` (or ``[low, high]``)."""
+    """The smallest and largest values of ``dtype`` in ``[low, high)`` (or ``[low, high]``).
+
+    Remembered by the bounds' exact bits (``float.hex`` tells -0.0 from 0.0, which
+    compare and hash alike): every op computes them on the host, a few tensors each.
+    """
+    return _dtype_values_within_exact(low.hex(), high.hex(), dtype, open_high)
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype_values_within_exact(
+    low_bits: str, high_bits: str, dtype: torch.dtype, open_high: bool
+) -> tuple[float, float]:
+    low, high = float.fromhex(low_bits), float.fromhex(high_bits)
     lo = _to_dtype(low, dtype)
     if lo < low:
         lo = _step(lo, dtype, up=True)

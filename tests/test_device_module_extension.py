@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -32,7 +33,7 @@ class ProbePlatform(hwrng.DeviceModulePlatform):
 
 
 @pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     yield tmp_path
@@ -63,12 +64,10 @@ def test_an_extension_that_fails_to_import_is_imported_once_per_platform(site: P
         "raise OSError('libprobe.so: cannot open shared object file')\n"
     )
     platform = ProbePlatform()
-    broken = (
-        f"importing {EXTENSION} failed: OSError: libprobe.so: cannot open shared object file"
-    )
+    broken = f"importing {EXTENSION} failed: OSError: libprobe.so: cannot open shared object file"
     for _ in range(3):
         assert platform.unavailable_reason() == broken
-    with pytest.raises(hwrng.BackendUnavailableError, match="libprobe.so"):
+    with pytest.raises(hwrng.BackendUnavailableError, match=r"libprobe\.so"):
         platform.load_device_module()
     assert runs.read_text() == "x", "the failing import ran once"
 

@@ -95,20 +95,31 @@ def _store(seconds: float) -> Any:
 
     That connection gives up after ``seconds``: a store whose host is stopped
     must not hold a rank for the store's own timeout. Where the store cannot
-    be cloned (torch < 2.8), the default store itself.
+    be cloned (torch < 2.8, or a store written in Python, whose ``clone`` torch
+    leaves unimplemented), the default store itself, with its own timeout.
     """
     from torch.distributed import distributed_c10d
 
     base = distributed_c10d._get_default_store()
     with _lock:
         if not _connection or _connection[0][0] is not base:
-            clone = getattr(base, "clone", None)
-            _connection[:] = [(base, clone() if callable(clone) else None)]
+            _connection[:] = [(base, _clone(base))]
         own = _connection[0][1]
     if own is None:
         return base
     own.set_timeout(datetime.timedelta(seconds=seconds))
     return own
+
+
+def _clone(store: Any) -> Any:
+    """A new connection to ``store``, or ``None`` where it cannot make one."""
+    clone = getattr(store, "clone", None)
+    if not callable(clone):
+        return None
+    try:
+        return clone()
+    except (NotImplementedError, RuntimeError):  # "Tried to call pure virtual function"
+        return None
 
 
 @dataclass(frozen=True)

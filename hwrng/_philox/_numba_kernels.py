@@ -82,15 +82,15 @@ _UNIT33 = _F(2.0**-33)
 _TURN32 = _F(2.0**-22)
 _HALF_TURN32 = _F(2.0**21)
 _LN2_HI32, _LN2_LO32 = _F(_math32.LN2_HI), _F(_math32.LN2_LO)
-_G0, _G1, _G2 = (_F(c) for c in _math32.LN_G)
-_S0, _S1, _S2, _S3 = (_F(c) for c in _math32.SIN_S)
-_C0, _C1, _C2, _C3 = (_F(c) for c in _math32.COS_C)
-_CA0, _CA1, _CA2, _CA3, _CA4 = (_F(c) for c in _math32.NDTRI_CENTRAL_A)
-_CB0, _CB1, _CB2, _CB3, _CB4 = (_F(c) for c in _math32.NDTRI_CENTRAL_B)
-_NA0, _NA1, _NA2, _NA3, _NA4 = (_F(c) for c in _math32.NDTRI_NEAR_A)
-_NB0, _NB1, _NB2, _NB3, _NB4 = (_F(c) for c in _math32.NDTRI_NEAR_B)
-_FA0, _FA1, _FA2, _FA3, _FA4 = (_F(c) for c in _math32.NDTRI_FAR_A)
-_FB0, _FB1, _FB2, _FB3, _FB4 = (_F(c) for c in _math32.NDTRI_FAR_B)
+_G32 = tuple(_F(c) for c in _math32.LN_G)
+_S32_POLY = tuple(_F(c) for c in _math32.SIN_S)
+_C32_POLY = tuple(_F(c) for c in _math32.COS_C)
+_CA32 = tuple(_F(c) for c in _math32.NDTRI_CENTRAL_A)
+_CB32 = tuple(_F(c) for c in _math32.NDTRI_CENTRAL_B)
+_NA32 = tuple(_F(c) for c in _math32.NDTRI_NEAR_A)
+_NB32 = tuple(_F(c) for c in _math32.NDTRI_NEAR_B)
+_FA32 = tuple(_F(c) for c in _math32.NDTRI_FAR_A)
+_FB32 = tuple(_F(c) for c in _math32.NDTRI_FAR_B)
 _R0 = _F(_math32.R0)
 _NEAR32, _FAR32 = _F(_math32.NEAR_OFFSET), _F(_math32.FAR_OFFSET)
 _SQRT_SEED32 = np.int64(_math32.SQRT_SEED)
@@ -282,33 +282,17 @@ def _at_most(x, hi):
 
 
 @njit(**_INLINE)
-def _poly3(x, c0, c1, c2):
-    acc = x * c2
-    acc = acc + c1
-    acc = acc * x
-    return acc + c0
+def _horner(x, c):
+    """``sum_k c[k] * x**k`` by Horner's rule, as ``_math32.horner``.
 
-
-@njit(**_INLINE)
-def _poly4(x, c0, c1, c2, c3):
-    acc = x * c3
-    acc = acc + c2
-    acc = acc * x
-    acc = acc + c1
-    acc = acc * x
-    return acc + c0
-
-
-@njit(**_INLINE)
-def _poly5(x, c0, c1, c2, c3, c4):
-    acc = x * c4
-    acc = acc + c3
-    acc = acc * x
-    acc = acc + c2
-    acc = acc * x
-    acc = acc + c1
-    acc = acc * x
-    return acc + c0
+    One multiply, then one add, a step; ``c`` is a tuple of constants of ``x``'s type, low to
+    high, whose length numba knows when it compiles (LLVM unrolls the loop).
+    """
+    acc = x * c[len(c) - 1]
+    for k in range(len(c) - 2, 0, -1):
+        acc = acc + c[k]
+        acc = acc * x
+    return acc + c[0]
 
 
 @njit(**_INLINE)
@@ -321,7 +305,7 @@ def _ln32(x, exponent):
     f = z - _ONE32
     s = f / (f + _TWO32)
     w = s * s
-    tail = _poly3(w, _G0, _G1, _G2) * w
+    tail = _horner(w, _G32) * w
     half_square = (f * f) * _HALF32
     inner = (half_square + tail) * s + e * _LN2_LO32
     return (f - (half_square - inner)) + e * _LN2_HI32
@@ -344,9 +328,9 @@ def _sincos32(k):
     t = -abs(t - _HALF_TURN32)
     t = (t + _HALF_TURN32) * _TURN32
     w = t * t
-    sin_t = _poly4(w, _S0, _S1, _S2, _S3) * t
+    sin_t = _horner(w, _S32_POLY) * t
     sin_t = sin_t + t * _ONE_AND_HALF32
-    cos_t = _poly4(w, _C0, _C1, _C2, _C3) * w + _ONE32
+    cos_t = _horner(w, _C32_POLY) * w + _ONE32
     bit21, bit22, bit23 = (k >> 21) & 1, (k >> 22) & 1, (k >> 23) & 1
     if bit21 != bit22:
         sin_t, cos_t = cos_t, sin_t
@@ -360,15 +344,15 @@ def _sincos32(k):
 @njit(**_INLINE)
 def _ndtri_central32(q):
     r = -(q * q) + _R0
-    return (q * _poly5(r, _CA0, _CA1, _CA2, _CA3, _CA4)) / _poly5(r, _CB0, _CB1, _CB2, _CB3, _CB4)
+    return (q * _horner(r, _CA32)) / _horner(r, _CB32)
 
 
 @njit(**_INLINE)
 def _ndtri_tail32(t):
     near = t - _NEAR32
     far = t - _FAR32
-    y_far = _poly5(far, _FA0, _FA1, _FA2, _FA3, _FA4) / _poly5(far, _FB0, _FB1, _FB2, _FB3, _FB4)
-    y_near = _poly5(near, _NA0, _NA1, _NA2, _NA3, _NA4) / _poly5(near, _NB0, _NB1, _NB2, _NB3, _NB4)
+    y_far = _horner(far, _FA32) / _horner(far, _FB32)
+    y_near = _horner(near, _NA32) / _horner(near, _NB32)
     beyond = (np.int64(_bits32(t)) & 0x7FFFFFFF) > _FAR_BITS  # 5 < |t| (or NaN)
     return y_far if beyond else y_near
 
@@ -398,63 +382,6 @@ def _trunc_ndtri32(p, w, width, upper, shift):
 
 
 @njit(**_INLINE)
-def _poly7(x, c):
-    """Horner's rule on 7 coefficients ``c`` (low to high), as ``_math32.horner``."""
-    acc = x * c[6]
-    acc = acc + c[5]
-    acc = acc * x
-    acc = acc + c[4]
-    acc = acc * x
-    acc = acc + c[3]
-    acc = acc * x
-    acc = acc + c[2]
-    acc = acc * x
-    acc = acc + c[1]
-    acc = acc * x
-    return acc + c[0]
-
-
-@njit(**_INLINE)
-def _poly8(x, c):
-    """Horner's rule on 8 coefficients."""
-    acc = x * c[7]
-    acc = acc + c[6]
-    acc = acc * x
-    acc = acc + c[5]
-    acc = acc * x
-    acc = acc + c[4]
-    acc = acc * x
-    acc = acc + c[3]
-    acc = acc * x
-    acc = acc + c[2]
-    acc = acc * x
-    acc = acc + c[1]
-    acc = acc * x
-    return acc + c[0]
-
-
-@njit(**_INLINE)
-def _poly9(x, c):
-    """Horner's rule on 9 coefficients."""
-    acc = x * c[8]
-    acc = acc + c[7]
-    acc = acc * x
-    acc = acc + c[6]
-    acc = acc * x
-    acc = acc + c[5]
-    acc = acc * x
-    acc = acc + c[4]
-    acc = acc * x
-    acc = acc + c[3]
-    acc = acc * x
-    acc = acc + c[2]
-    acc = acc * x
-    acc = acc + c[1]
-    acc = acc * x
-    return acc + c[0]
-
-
-@njit(**_INLINE)
 def _ln64(x, subnormal):
     """``_math.ln``, operation for operation."""
     small = subnormal and x < _TINY64
@@ -469,7 +396,7 @@ def _ln64(x, subnormal):
     f = z - 1.0
     s = f / (f + 2.0)
     w = s * s
-    tail = _poly7(w, _LG) * w
+    tail = _horner(w, _LG) * w
     half_square = (f * f) * 0.5
     inner = (half_square + tail) * s + exponent * _LN2_LO64
     return (-(half_square - inner) + f) + exponent * _LN2_HI64
@@ -490,9 +417,9 @@ def _sincos64(k):
     """``_math.sincos_turns(k, 53)``."""
     quadrant = k >> 51
     s = _D(k & ((1 << 51) - 1)) * _UNIT51
-    near = _poly9(s * s, _SH) * s
+    near = _horner(s * s, _SH) * s
     r = 1.0 - s
-    far = _poly9(r * r, _SH) * r
+    far = _horner(r * r, _SH) * r
     if quadrant & 1:
         sin, cos = far, near
     else:
@@ -509,15 +436,15 @@ def _ndtri64(p):
     """``_math.ndtri``, operation for operation."""
     q = p - 0.5
     r = 0.180625 - q * q
-    central = (_poly8(r, _A) * q) / _poly8(r, _B)
+    central = (_horner(r, _A) * q) / _horner(r, _B)
     lower = q < 0
     tail_p = p if lower else 1.0 - p
     tail_p = _at_least(tail_p, _SMALLEST64)
     t = _sqrt64(-_ln64(tail_p, True))
     near = t - 1.6
     far = t - 5.0
-    near_tail = _poly8(near, _C) / _poly8(near, _DD)
-    far_tail = _poly8(far, _E) / _poly8(far, _FF)
+    near_tail = _horner(near, _C) / _horner(near, _DD)
+    far_tail = _horner(far, _E) / _horner(far, _FF)
     tail = near_tail if t <= 5.0 else far_tail
     if lower:
         tail = -tail
